@@ -1,0 +1,6 @@
+"""Kernel specs and the spec -> template -> module renderer (``cutequant.codegen``)."""
+
+from .render import module_name, render
+from .specs import GroupAmaxSpec, GroupTablesSpec, KernelSpec, TilePlan
+
+__all__ = ["GroupAmaxSpec", "GroupTablesSpec", "KernelSpec", "TilePlan", "module_name", "render"]

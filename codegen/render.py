@@ -1,0 +1,70 @@
+"""spec -> rendered CuTe DSL module source.
+
+Templates live in ``cutequant/kernels/templates`` and hold only the specialization switches
+of a kernel family; shared device code lives in ordinary modules under ``cutequant.kernels``.
+A rendered module is plain, lint-clean Python with a deterministic name derived from the spec,
+the template text and the package version, so two processes agree on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from importlib import resources
+
+import jinja2
+
+from .specs import KernelSpec
+
+PACKAGE_VERSION = "0.1.0"
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(_load_template),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+def _load_template(name: str) -> str:
+    return resources.files("cutequant.kernels").joinpath("templates", name).read_text()
+
+
+@functools.lru_cache(maxsize=64)
+def template_text(name: str) -> str:
+    return _load_template(name)
+
+
+def render(spec: KernelSpec) -> str:
+    """The module source for ``spec`` (independent of spec.arch)."""
+    source = _environment().get_template(spec.template).render(**spec.render_fields())
+    return _tidy(source)
+
+
+def module_name(spec: KernelSpec) -> str:
+    """Deterministic module name: family + hash(source fields, template, package version)."""
+    h = hashlib.sha256()
+    h.update(repr(sorted(spec.source_fields().items())).encode())
+    h.update(template_text(spec.template).encode())
+    h.update(PACKAGE_VERSION.encode())
+    return f"cq_{spec.family}_{h.hexdigest()[:16]}"
+
+
+def _tidy(source: str) -> str:
+    """Collapse the blank-line runs that removed template blocks leave behind."""
+    out: list[str] = []
+    blank = 0
+    for line in source.splitlines():
+        if line.strip():
+            limit = 2 if not line.startswith((" ", "\t")) else 1
+            out.extend([""] * min(blank, limit))
+            blank = 0
+            out.append(line.rstrip())
+        else:
+            blank += 1
+    return "\n".join(out) + "\n"

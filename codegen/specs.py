@@ -1,0 +1,94 @@
+"""Kernel specifications: the complete, hashable description of one compiled kernel.
+
+A spec holds what changes the generated code or its binary: the family, its specialization
+switches, the tile plan and the target arch. Nothing that varies from call to call (split
+sizes, offsets, M, N, the SM count) may appear here: those are runtime arguments, so a
+training loop never recompiles. ``spec.key()`` is the stable identity used by the in-memory
+and on-disk caches; ``render_fields()`` is what the Jinja2 template sees.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+ARCHS = ("sm_90a", "sm_100a")
+
+
+@dataclass(frozen=True)
+class TilePlan:
+    """Static tiling of a grouped kernel: 64-row tiles (see kernels/schedule.py) of
+    ``tile_cols`` columns, a ``stages``-deep TMA ring, ``consumer_warpgroups`` consumers."""
+
+    tile_cols: int = 128
+    stages: int = 4
+    consumer_warpgroups: int = 2
+
+    def __post_init__(self):
+        if self.tile_cols % (64 * self.consumer_warpgroups):
+            raise ValueError("tile_cols must split into 64-column slices, one per warpgroup")
+        if not 2 <= self.stages <= 8:
+            raise ValueError("stages must be in [2, 8]")
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """Base class: subclasses add their switches as dataclass fields."""
+
+    template: ClassVar[str] = ""
+    family: ClassVar[str] = ""
+    arch: str = "sm_90a"
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+
+    def fields(self) -> dict:
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+        return out
+
+    def key(self) -> str:
+        """Stable identity: family plus every field (arch included), as canonical JSON."""
+        return json.dumps({"family": self.family, **self.fields()}, sort_keys=True)
+
+    def digest(self) -> str:
+        return hashlib.sha256(self.key().encode()).hexdigest()
+
+    def source_fields(self) -> dict:
+        """Fields that shape the rendered source (the arch only affects compilation)."""
+        out = self.fields()
+        out.pop("arch")
+        plan = out.pop("plan", {})
+        return {**out, **plan}
+
+    def render_fields(self) -> dict:
+        return {**self.source_fields(), "spec_repr": self.describe()}
+
+    def describe(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.source_fields().items())]
+        return f"{self.family}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class GroupAmaxSpec(KernelSpec):
+    """Grouped amax, optionally of the 16x16 RHT along tokens (TE's group_hadamard_transform_amax)."""
+
+    template: ClassVar[str] = "group_amax.py.j2"
+    family: ClassVar[str] = "group_amax"
+    rht: bool = True
+    plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
+
+
+@dataclass(frozen=True)
+class GroupTablesSpec(KernelSpec):
+    """Device-side construction of the grouped lookup tables from a device splits tensor."""
+
+    template: ClassVar[str] = "group_tables.py.j2"
+    family: ClassVar[str] = "group_tables"
+    splits_int64: bool = False

@@ -1,0 +1,165 @@
+"""One benchmark harness for every cutequant kernel.
+
+Timing: each measured call is captured ``CALLS_PER_GRAPH`` times into a CUDA graph; the graph is
+replayed ``REPLAYS`` times, each replay timed with CUDA events, and the median replay divided by
+``CALLS_PER_GRAPH`` is the time per call (host launch overhead excluded; it is reported
+separately as ``host_us``). Inputs rotate over two buffers so the 50-60 MB L2 never holds a
+whole input. Bandwidth = bytes the op must move (counted per op below) / time, compared with
+the device-to-device copy bandwidth measured in the same run (bytes read + written).
+
+    python perf/bench.py [--ops amax,...] [--json out.json] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import torch
+
+CALLS_PER_GRAPH = 10
+REPLAYS = 30
+
+
+@dataclass
+class Result:
+    op: str
+    case: str
+    us: float
+    gbps: float
+    pct_copy: float
+    host_us: float
+    bytes: int
+
+
+def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> float:
+    """Median time of one ``fn()`` call, from CUDA-graph replays timed with events."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()  # warm-up: compile / load, allocator
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1000.0 / calls)
+    return statistics.median(times)
+
+
+def host_time_us(fn, calls: int = 50) -> float:
+    """Median CPU time to issue one call (no synchronization inside the loop)."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(calls):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    src.fill_(1)
+    us = graph_time_us(lambda: dst.copy_(src), calls=5, replays=20)
+    return 2 * nbytes / us / 1e3
+
+
+CASES = {
+    "dense 8192x5120": (5120, [8192]),
+    "16384x4096 / 8 uneven": (4096, None, 16384, 8),
+    "65536x2048 / 64": (2048, None, 65536, 64),
+}
+
+
+def case_splits(case, gen):
+    from cutequant.testing import random_splits
+
+    spec = CASES[case]
+    if spec[1] is not None:
+        return spec[0], list(spec[1])
+    n_cols, _, rows, groups = spec
+    return n_cols, random_splits(groups, rows, gen)
+
+
+def make_inputs(case, gen):
+    from cutequant.testing import grouped_input
+
+    n_cols, splits = case_splits(case, gen)
+    return n_cols, splits, [grouped_input(splits, n_cols, gen) for _ in range(2)]
+
+
+def _rotating(calls):
+    state = {"i": 0}
+
+    def fn():
+        calls[state["i"] % len(calls)]()
+        state["i"] += 1
+
+    return fn
+
+
+def bench_amax(case, gen, rht=True):
+    import cutequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    calls = [lambda x=x: cutequant.group_amax(x, splits, rht=rht) for x in xs]
+    return _rotating(calls), xs[0].numel() * 2
+
+
+OPS = {
+    "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
+    "group_amax": lambda c, g: bench_amax(c, g, rht=False),
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--cases", default=",".join(CASES))
+    p.add_argument("--json", default=None)
+    args = p.parse_args(argv)
+    gen = torch.Generator().manual_seed(1234)
+    copy = copy_bandwidth_gbps()
+    dev = torch.cuda.get_device_name()
+    print(f"device: {dev}; copy bandwidth (read+write): {copy:.0f} GB/s")
+    results = []
+    for op in args.ops.split(","):
+        for case in args.cases.split(","):
+            fn, nbytes = OPS[op](case, gen)
+            us = graph_time_us(fn)
+            host = host_time_us(fn)
+            gbps = nbytes / us / 1e3
+            results.append(Result(op, case, us, gbps, 100 * gbps / copy, host, nbytes))
+            print(f"  {op:28s} {case:24s} {us:9.1f} us {gbps:7.0f} GB/s {100 * gbps / copy:5.1f}%"
+                  f"  host {host:6.1f} us", flush=True)
+    print(f"\n| op | case | us | GB/s | % of copy ({copy:.0f} GB/s) | host us |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r.op} | {r.case} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {r.host_us:.1f} |")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": dev, "copy_gbps": copy, "results": [asdict(r) for r in results]},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""Argument checks shared by the public ops: each error names the argument and the rule,
+and is raised before anything is launched or written."""
+
+from __future__ import annotations
+
+import torch
+
+INT32_MAX = 2**31 - 1
+
+
+def check_x(
+    x, *, dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,), name: str = "x"
+) -> tuple[int, int]:
+    """``x`` is a contiguous 2-D CUDA tensor [rows, N] of an allowed dtype, N % 16 == 0."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 2:
+        raise ValueError(f"{name}: expected a 2-D [sum(splits), N] tensor, got shape {tuple(x.shape)}")
+    if x.dtype not in dtypes:
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name}: dtype must be one of ({allowed}), got {x.dtype}")
+    if not x.is_cuda:
+        raise ValueError(f"{name}: must be a CUDA tensor, got device {x.device}")
+    if not x.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous (row-major); call .contiguous() first")
+    m, n = x.shape
+    if n == 0 or n % 16:
+        raise ValueError(f"{name}: N = x.shape[1] = {n} must be a positive multiple of 16")
+    if x.data_ptr() % 16:
+        raise ValueError(f"{name}: data pointer must be 16-byte aligned")
+    if m * n > INT32_MAX * 16 or m > INT32_MAX // 2:
+        raise ValueError(f"{name}: shape {tuple(x.shape)} is too large for 32-bit tile indexing")
+    return m, n
+
+
+def check_flag(value, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__}")
+    return value
+
+
+def check_sign_mask(sign_mask) -> int:
+    if isinstance(sign_mask, bool) or not isinstance(sign_mask, int):
+        raise TypeError(f"sign_mask: expected an int, got {type(sign_mask).__name__}")
+    if not 0 <= sign_mask <= 0xFFFF:
+        raise ValueError(f"sign_mask: must be a 16-bit mask in [0, 0xFFFF], got {sign_mask:#x}")
+    return sign_mask

@@ -1,0 +1,73 @@
+"""``cutequant.group_amax``: per-group amax, optionally post-RHT (TE's
+``nvte_group_hadamard_transform_amax``), in one persistent launch."""
+
+from __future__ import annotations
+
+import torch
+
+from cutequant import _checks, _launch, groups
+from cutequant.codegen.specs import GroupAmaxSpec
+
+DEFAULT_SIGN_MASK = 0xD7E8
+
+
+def group_amax(
+    x: torch.Tensor, splits, *, rht: bool = True, sign_mask: int = DEFAULT_SIGN_MASK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-group amax of bf16 ``x[sum(splits), N]``.
+
+    Returns ``(amax_row, amax_col)``, fp32 ``[G]`` each: ``amax_row[g] = max |x_g|`` and
+    ``amax_col[g] = max |bf16(RHT(x_g^T))|`` (the 16x16 random Hadamard transform along tokens,
+    16-token blocks, ``sign_mask`` selecting the sign flips) or ``max |x_g|`` when ``rht`` is
+    False. A zero-token group gives 0. ``splits``: host ints or an int32/int64 CUDA tensor (no
+    host synchronization); each a multiple of 16, summing to ``x.shape[0]``. Bad device splits
+    are caught on the device: the outputs are set to NaN (``CUTEQUANT_SYNC_CHECKS=1`` raises).
+    """
+    m_rows, n_cols = _checks.check_x(x)
+    _checks.check_flag(rht, "rht")
+    _checks.check_sign_mask(sign_mask)
+    arch = _launch.device_arch(x.device)
+    amax = torch.zeros(2, _num_groups(splits), dtype=torch.float32, device=x.device)
+    layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
+    launch_group_amax(x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch)
+    return amax[0], amax[1]
+
+
+def _num_groups(splits) -> int:
+    if isinstance(splits, torch.Tensor):
+        if splits.dim() != 1:
+            raise ValueError(f"splits: expected a 1-D tensor, got shape {tuple(splits.shape)}")
+        return splits.numel()
+    try:
+        return len(splits)
+    except TypeError as exc:
+        raise TypeError(
+            f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
+        ) from exc
+
+
+def launch_group_amax(
+    x: torch.Tensor,
+    layout: groups.GroupLayout,
+    amax: torch.Tensor,
+    *,
+    rht: bool,
+    sign_mask: int,
+    arch: str,
+) -> None:
+    """Accumulate into ``amax[2, G]`` (must be zero). No checks: callers validated."""
+    m_rows, n_cols = x.shape
+    if m_rows == 0:
+        return
+    _launch.run(
+        GroupAmaxSpec(arch=arch, rht=rht),
+        _launch.ptr(x),
+        m_rows,
+        n_cols,
+        _launch.ptr(layout.tables, 4),
+        layout.num_groups,
+        _launch.ptr(amax, 4),
+        sign_mask,
+        _launch.sm_count(x.device),
+        stream=torch.cuda.current_stream(x.device),
+    )

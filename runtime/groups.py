@@ -1,0 +1,180 @@
+"""Runtime-owned grouping: split sizes -> device lookup tables, plus the reusable workspace.
+
+Every grouped kernel maps a linear tile index to (group, tile) through ``tables[4, G + 1]``
+(layout in ``cutequant.kernels.schedule``). Host splits (list / tuple / CPU tensor) are checked
+and turned into tables on the host, cached per (splits, device) so a repeated call costs one
+dictionary lookup. Device splits (int32 / int64 CUDA tensor) are turned into tables by a
+one-warp kernel, with no host synchronization; that kernel also validates them and, on bad
+splits, zeroes the tile count so that no kernel writes anything (see ``GroupLayout.check``).
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from cutequant import _launch
+from cutequant.codegen.specs import GroupTablesSpec
+
+ROW_MULTIPLE = 16
+TILE_ROWS = 64
+_HOST_CACHE: collections.OrderedDict = collections.OrderedDict()
+_HOST_CACHE_SIZE = 256
+_WORKSPACES: dict = {}
+_LOCK = threading.Lock()
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
+
+
+def host_tables(splits: tuple[int, ...]) -> torch.Tensor:
+    """int32 [4, G+1] prefix sums: rows, 64-row tiles, rowwise scale rows, colwise scale cols."""
+    g = len(splits)
+    out = torch.zeros(4, g + 1, dtype=torch.int64)
+    s = torch.tensor(splits, dtype=torch.int64)
+    counts = torch.stack(
+        [s, (s + TILE_ROWS - 1) // TILE_ROWS, (s + 127) // 128 * 128, (s // 16 + 3) // 4 * 4]
+    )
+    out[:, 1:] = counts.cumsum(dim=1)
+    if out.max() > 2**31 - 1:
+        raise ValueError("splits: total size overflows the int32 lookup tables")
+    return out.to(torch.int32)
+
+
+@dataclass
+class GroupLayout:
+    """One call's grouping: device tables, the group count and (when known) the host splits."""
+
+    num_groups: int
+    m_rows: int
+    tables: torch.Tensor  # int32 [4, G + 1] on the device
+    host_splits: tuple[int, ...] | None
+    status: torch.Tensor | None = None  # device int32 [1]: 0 valid, 1 bad (device splits only)
+
+    def splits(self) -> tuple[int, ...]:
+        """Host split sizes (synchronizes once when the splits came as a device tensor)."""
+        if self.host_splits is None:
+            self.check()
+            self.host_splits = tuple(int(v) for v in self.tables[0].diff().cpu().tolist())
+        return self.host_splits
+
+    def check(self) -> None:
+        """Raise if device-side validation flagged the splits (synchronizes)."""
+        if self.status is not None and int(self.status.item()) != 0:
+            raise ValueError(
+                "splits: every split must be a non-negative multiple of 16 and they must sum to "
+                f"x.shape[0] = {self.m_rows} (device-side check failed; nothing was written)"
+            )
+
+
+def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
+    if isinstance(splits, torch.Tensor):
+        if splits.dim() != 1:
+            raise ValueError(f"splits: expected a 1-D tensor, got shape {tuple(splits.shape)}")
+        if splits.dtype.is_floating_point or splits.dtype == torch.bool:
+            raise TypeError(f"splits: expected an integer tensor, got {splits.dtype}")
+        values = tuple(int(v) for v in splits.tolist())
+    else:
+        try:
+            values = tuple(int(v) for v in splits)
+        except TypeError as exc:
+            raise TypeError(
+                f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
+            ) from exc
+        for i, v in enumerate(splits):
+            if isinstance(v, float) or isinstance(v, bool):
+                raise TypeError(f"splits[{i}] = {v!r} is not an int")
+    if len(values) == 0:
+        raise ValueError("splits: need at least one group")
+    for i, v in enumerate(values):
+        if v < 0:
+            raise ValueError(f"splits[{i}] = {v} is negative")
+        if v % ROW_MULTIPLE:
+            raise ValueError(f"splits[{i}] = {v} is not a multiple of {ROW_MULTIPLE} rows")
+    total = sum(values)
+    if total != m_rows:
+        raise ValueError(f"splits sum to {total} but x has {m_rows} rows")
+    return values
+
+
+def _workspace(device: torch.device, stream: int, num_groups: int):
+    """Per (device, stream) table + status buffers, grown geometrically, reused across calls."""
+    key = (device.index, stream)
+    with _LOCK:
+        ws = _WORKSPACES.get(key)
+        need = 4 * (num_groups + 1)
+        if ws is None or ws[0].numel() < need:
+            cap = max(need, 4 * 1025, 0 if ws is None else 2 * ws[0].numel())
+            ws = (
+                torch.empty(cap, dtype=torch.int32, device=device),
+                torch.empty(1, dtype=torch.int32, device=device),
+            )
+            _WORKSPACES[key] = ws
+    return ws
+
+
+def prepare_groups(
+    splits, m_rows: int, device: torch.device, poison: torch.Tensor | None = None
+) -> GroupLayout:
+    """Validate ``splits`` against ``m_rows`` and return the device lookup tables.
+
+    ``poison`` (fp32, device): outputs set to NaN if device-side validation fails.
+    """
+    if isinstance(splits, torch.Tensor) and splits.is_cuda:
+        return _device_groups(splits, m_rows, device, poison)
+    values = _validate_host_splits(splits, m_rows)
+    key = (values, device.index)
+    with _LOCK:
+        tables = _HOST_CACHE.get(key)
+        if tables is not None:
+            _HOST_CACHE.move_to_end(key)
+    if tables is None:
+        tables = host_tables(values).to(device, non_blocking=False)
+        with _LOCK:
+            _HOST_CACHE[key] = tables
+            while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
+                _HOST_CACHE.popitem(last=False)
+    return GroupLayout(len(values), m_rows, tables, values)
+
+
+def _device_groups(
+    splits: torch.Tensor, m_rows: int, device: torch.device, poison: torch.Tensor | None
+) -> GroupLayout:
+    if splits.device != device:
+        raise ValueError(f"splits: on {splits.device}, but x is on {device}")
+    if splits.dim() != 1:
+        raise ValueError(f"splits: expected a 1-D tensor, got shape {tuple(splits.shape)}")
+    if splits.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"splits: a device tensor must be int32 or int64, got {splits.dtype}")
+    if splits.numel() == 0:
+        raise ValueError("splits: need at least one group")
+    splits = splits.contiguous()
+    num_groups = splits.numel()
+    stream = torch.cuda.current_stream(device)
+    buf, status = _workspace(device, stream.cuda_stream, num_groups)
+    tables = buf[: 4 * (num_groups + 1)].view(4, num_groups + 1)
+    spec = GroupTablesSpec(arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64)
+    _launch.run(
+        spec,
+        _launch.ptr(splits, splits.element_size()),
+        num_groups,
+        m_rows,
+        _launch.ptr(tables, 4),
+        _launch.ptr(status, 4),
+        _launch.ptr(poison if poison is not None else status.view(torch.float32), 4),
+        poison.numel() if poison is not None else 0,
+        stream=stream,
+    )
+    layout = GroupLayout(num_groups, m_rows, tables, None, status)
+    if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
+        layout.check()
+    return layout

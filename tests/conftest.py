@@ -1,0 +1,37 @@
+"""Shared pytest setup: the ``gpu`` marker skips cleanly without an sm_90 GPU, and every test
+session uses a private kernel cache directory unless one is given."""
+
+import os
+import tempfile
+
+import pytest
+import torch
+
+
+def _has_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+
+
+HAS_HOPPER = _has_hopper()
+
+
+def pytest_configure(config):
+    if "CUTEQUANT_CACHE_DIR" not in os.environ:
+        os.environ["CUTEQUANT_CACHE_DIR"] = tempfile.mkdtemp(prefix="cutequant-test-cache-")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_HOPPER:
+        return
+    skip = pytest.mark.skip(reason="needs an sm_90 (Hopper) GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def rng():
+    """A fresh, logged seed per test: failures are reproducible, inputs differ per run."""
+    seed = int.from_bytes(os.urandom(4), "little")
+    print(f"seed={seed}")
+    return torch.Generator().manual_seed(seed)

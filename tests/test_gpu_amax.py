@@ -1,0 +1,98 @@
+"""GPU: grouped (RHT) amax kernel, bit-exact against cutequant.reference on fresh data."""
+
+import pytest
+import torch
+
+import cutequant
+from cutequant import jit, reference
+from cutequant.testing import grouped_input, random_splits
+
+pytestmark = pytest.mark.gpu
+
+CASES = [
+    # (N, groups, zero-token groups at, rows or None)
+    (16, 1, (), 64),
+    (2048, 8, ("front",), 4096),
+    (5120, 8, ("middle",), 8192),
+    (7168, 8, ("end",), 2048),
+    (2048, 64, ("front", "middle", "end"), None),
+    (272, 64, (), None),
+    (128, 300, ("front", "end"), None),
+    (5120, 300, ("middle",), None),
+    (4096, 4, ("all",), None),
+    (2048, 1, (), 16),
+]
+
+
+def _same(got, ref):
+    """Bit-identical, except that any NaN matches any NaN."""
+    got, ref = got.float().cpu(), ref.float().cpu()
+    nan = torch.isnan(ref)
+    return torch.equal(torch.isnan(got), nan) and torch.equal(
+        got[~nan].view(torch.int32), ref[~nan].view(torch.int32)
+    )
+
+
+def _check(x, splits, rht, sign_mask=0xD7E8, device_splits=None):
+    got_row, got_col = cutequant.group_amax(
+        x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
+    )
+    ref_row, ref_col = reference.group_amax(x, splits, rht=rht, sign_mask=sign_mask)
+    torch.cuda.synchronize()
+    assert _same(got_row, ref_row), (got_row, ref_row)
+    assert _same(got_col, ref_col), (got_col, ref_col)
+    for g, s in enumerate(splits):
+        if s == 0:
+            assert got_row[g].item() == 0 and got_col[g].item() == 0
+
+
+@pytest.mark.parametrize("n_cols,groups,zero_at,rows", CASES)
+@pytest.mark.parametrize("rht", [True, False])
+def test_group_amax_matches_reference(n_cols, groups, zero_at, rows, rht, rng):
+    splits = random_splits(groups, rows, rng, zero_at=zero_at)
+    x = grouped_input(splits, n_cols, rng)
+    _check(x, splits, rht)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_group_amax_device_splits(dtype, rng):
+    splits = random_splits(64, None, rng, zero_at=("front", "middle", "end"))
+    x = grouped_input(splits, 1024, rng)
+    _check(x, splits, True, device_splits=torch.tensor(splits, dtype=dtype, device="cuda"))
+
+
+def test_group_amax_sign_mask_and_16_row_groups(rng):
+    splits = [16, 48, 0, 80, 16, 32]
+    x = grouped_input(splits, 384, rng)
+    for mask in (0, 0xD7E8, 0xFFFF, 0x1234):
+        _check(x, splits, True, sign_mask=mask)
+
+
+def test_group_amax_special_values(rng):
+    splits = [64, 64, 64, 64, 64]
+    x = grouped_input(splits, 256, rng)
+    bf16_max = torch.finfo(torch.bfloat16).max
+    x[0:64] = bf16_max * torch.sign(x[0:64].float()).to(torch.bfloat16)  # all +-bf16 max
+    x[64:128] = 0.0  # all zeros
+    x[128 + 5, 7] = float("inf")
+    x[192 + 9, 100] = float("nan")
+    x[256:320] = -0.0
+    _check(x, splits, True)
+    _check(x, splits, False)
+
+
+def test_bad_device_splits_poison_amax(rng):
+    x = grouped_input([64, 64], 256, rng)
+    bad = torch.tensor([64, 48], dtype=torch.int32, device="cuda")  # sums to 112, not 128
+    row, col = cutequant.group_amax(x, bad)
+    assert torch.isnan(row).all() and torch.isnan(col).all()
+
+
+def test_one_compile_for_any_splits_and_rows(rng):
+    jit.clear_memory_cache()
+    before = jit.stats.compiles + jit.stats.disk_loads
+    for m_groups in ([64, 0, 128], [16] * 40, [1024, 2048]):
+        x = grouped_input(m_groups, 512, rng)
+        cutequant.group_amax(x, m_groups)
+    torch.cuda.synchronize()
+    assert jit.stats.compiles + jit.stats.disk_loads - before == 1
