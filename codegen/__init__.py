@@ -1,6 +1,6 @@
 """Kernel specs and the spec -> template -> module renderer (``cutequant.codegen``)."""
 
 from .render import module_name, render
-from .specs import GroupAmaxSpec, GroupTablesSpec, KernelSpec, TilePlan
+from .specs import GroupAmaxSpec, GroupTablesSpec, KernelSpec, Nvfp4QuantizeSpec, TilePlan
 
-__all__ = ["GroupAmaxSpec", "GroupTablesSpec", "KernelSpec", "TilePlan", "module_name", "render"]
+__all__ = ["GroupAmaxSpec", "GroupTablesSpec", "Nvfp4QuantizeSpec", "KernelSpec", "TilePlan", "module_name", "render"]

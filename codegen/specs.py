@@ -92,3 +92,24 @@ class GroupTablesSpec(KernelSpec):
     template: ClassVar[str] = "group_tables.py.j2"
     family: ClassVar[str] = "group_tables"
     splits_int64: bool = False
+
+
+@dataclass(frozen=True)
+class Nvfp4QuantizeSpec(KernelSpec):
+    """Grouped NVFP4 quantize: rowwise (raw x) and/or columnwise (RHT(x^T) or x^T) from one read."""
+
+    template: ClassVar[str] = "nvfp4_quantize.py.j2"
+    family: ClassVar[str] = "nvfp4_quantize"
+    rowwise: bool = True
+    columnwise: bool = True
+    rht: bool = True
+    swizzled: bool = False
+    fast_math: bool = False
+    plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not (self.rowwise or self.columnwise):
+            raise ValueError("at least one of rowwise / columnwise must be set")
+        if self.rht and not self.columnwise:
+            raise ValueError("rht applies to the columnwise output only")

@@ -8,7 +8,7 @@ formulas are spelled out in ``cutequant.reference`` (the oracle of every GPU tes
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Uint32
+from cutlass import Float32, Int32, Int64, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -43,6 +43,20 @@ def bf16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
             "max.NaN.xorsign.abs.bf16x2 $0, $1, $2;",
             "=r,r,r",
             [Uint32(acc).ir_value(loc=loc, ip=ip), Uint32(word).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
+    """Byte permute of {b, a} (bytes 0-3 from a, 4-7 from b); selector nibble bit 3 replicates
+    the sign of the chosen byte. Pure, unlike cute.arch.prmt."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            f"prmt.b32 $0, $1, $2, {selector:#x};",
+            "=r,r,r",
+            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
         )
     )
 
@@ -86,3 +100,229 @@ def round_bf16(x: Float32, *, loc=None, ip=None) -> Float32:
 def atomic_amax(ptr: cute.Pointer, value: Float32):
     """Global amax update: non-negative fp32 bit patterns order like integers (NaN > inf)."""
     cute.arch.atomic_max(ptr, Int32(f32_bits(value) & Uint32(0x7FFFFFFF)))
+
+
+# ----------------------------------------------------------------------------------- NVFP4 math
+# TE checklist (te_semantics.md section 9), per 16-element block with per-group S_enc / S_dec:
+#   sf  = e4m3_rne_satfinite(fmin(block_amax * (S_enc * f32(1/6)), FLT_MAX))
+#   enc = fmin(f32(1 / f32(f32(sf) * S_dec)), FLT_MAX)     (fast math: rcp.approx.ftz, no fmin)
+#   q   = e2m1_rne_satfinite(f32(x * enc))
+
+
+@dsl_user_op
+def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """RNE satfinite fp32 -> e4m3 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+            "=r,f,f",
+            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def e4m3_to_f32(byte: Uint32, *, loc=None, ip=None) -> Float32:
+    """Exact e4m3 -> fp32 of the low byte (via f16, which holds every e4m3 value)."""
+    return Float32(
+        _asm(
+            T.f32(),
+            "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h2;\n\tcvt.u16.u32 b, $1;\n\t"
+            "cvt.rn.f16x2.e4m3x2 h2, b;\n\tmov.b32 {lo, hi}, h2;\n\tcvt.f32.f16 $0, lo;\n\t}",
+            "=f,r",
+            [Uint32(byte).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    """IEEE fp32 division, round to nearest even (TE's ``1.0 / x``; 1/0 = inf)."""
+    return Float32(
+        _asm(
+            T.f32(),
+            "div.rn.f32 $0, $1, $2;",
+            "=f,f,f",
+            [Float32(a).ir_value(loc=loc, ip=ip), Float32(b).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def rcp_rn(a: Float32, *, loc=None, ip=None) -> Float32:
+    """Correctly rounded 1/a (identical to TE's ``1.0 / a``; 1/0 = inf)."""
+    return Float32(
+        _asm(T.f32(), "rcp.rn.f32 $0, $1;", "=f,f", [Float32(a).ir_value(loc=loc, ip=ip)])
+    )
+
+
+@dsl_user_op
+def rcp_approx_ftz(a: Float32, *, loc=None, ip=None) -> Float32:
+    """``rcp.approx.ftz.f32``: TE's fast-math reciprocal (cutlass::reciprocal_approximate_ftz)."""
+    return Float32(
+        _asm(T.f32(), "rcp.approx.ftz.f32 $0, $1;", "=f,f", [Float32(a).ir_value(loc=loc, ip=ip)])
+    )
+
+
+@dsl_user_op
+def fma_rn(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
+    """Fused a*b+c, one RNE rounding (the e2m1 magic-number rounding relies on it)."""
+    return Float32(
+        _asm(
+            T.f32(),
+            "fma.rn.f32 $0, $1, $2, $3;",
+            "=f,f,f,f",
+            [Float32(v).ir_value(loc=loc, ip=ip) for v in (a, b, c)],
+        )
+    )
+
+
+@cute.jit
+def global_encode_scale(amax: Float32) -> Float32:
+    """S_enc = fmin(f32(2688 / amax), FLT_MAX); 1 when amax == 0 or the result is 0 (amax inf)."""
+    s = cute.arch.fmin(div_rn(Float32(2688.0), amax), Float32(FLT_MAX))
+    if amax == Float32(0.0) or s == Float32(0.0):
+        s = Float32(1.0)
+    return s
+
+
+@dsl_user_op
+def e4m3x2_to_f32x2(pair: Uint32, *, loc=None, ip=None):
+    """Exact e4m3 -> fp32 of bytes 0 and 1 of ``pair`` (via f16, which holds every e4m3)."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32(), T.f32()]),
+        [Uint32(pair).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h2;\n\tcvt.u16.u32 b, $2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 h2, b;\n\tmov.b32 {lo, hi}, h2;\n\t"
+        "cvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}",
+        "=f,=f,r",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return (
+        Float32(llvm.extractvalue(T.f32(), res, [0], loc=loc, ip=ip)),
+        Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)),
+    )
+
+
+def encode_multiplier(sf: Float32, s_dec: Float32, fast_math: bool) -> Float32:
+    """enc = fmin(1 / f32(sf * S_dec), FLT_MAX) for the decoded scale ``sf``;
+    fast math: rcp.approx.ftz, no clamp (TE's RHT cast-fusion kernels)."""
+    denom = sf * s_dec
+    if fast_math:
+        return rcp_approx_ftz(denom)
+    return cute.arch.fmin(rcp_rn(denom), Float32(FLT_MAX))
+
+
+def block_scales2(amax0: Float32, amax1: Float32, s_enc_div6: Float32):
+    """sf bytes of two blocks in one cvt: block 0 in bits 0-7, block 1 in bits 8-15.
+    ``s_enc_div6`` = f32(S_enc * f32(1/6)), per group (TE's amax * (S_enc * inv6) order)."""
+    big = Float32(FLT_MAX)
+    return e4m3x2(cute.arch.fmin(amax1 * s_enc_div6, big), cute.arch.fmin(amax0 * s_enc_div6, big))
+
+
+# e2m1 RNE without a cvt (sm_90a has none). For a = min(|v|, 6) the code (0..7) is
+#   min(RNE(2a), RNE(a) + 2, RNE(a / 2) + 4)
+# (the first term is right below 2, the second in [2, 4), the third from 4 on, and each is
+# the smallest where it is right). Each RNE is one fma against 2^23 (exactly one rounding), so
+# ties go to even exactly like cvt.rn.satfinite.e2m1x2.f32. Scaling the three fmas by 16 and the
+# magic by 16 leaves the code at bits 4-6 instead of 0-2: two codes merge with one LOP3.
+_SHIFT0 = (2.0, 1.0, 0.5, MAGIC, MAGIC + 2.0, MAGIC + 4.0)
+_SHIFT4 = tuple(16.0 * c for c in _SHIFT0)
+
+
+def e2m1_code_bits(v: Float32, shift4: bool) -> Uint32:
+    """Bit pattern whose bits 0-2 (shift4: bits 4-6) hold the e2m1 magnitude code of ``v``."""
+    k = _SHIFT4 if shift4 else _SHIFT0
+    a = cute.arch.fmin(cute.math.absf(v), Float32(6.0))  # NaN -> 6 (code 7), as the hw cvt
+    t1 = fma_rn(a, Float32(k[0]), Float32(k[3]))
+    t2 = fma_rn(a, Float32(k[1]), Float32(k[4]))
+    t3 = fma_rn(a, Float32(k[2]), Float32(k[5]))
+    return f32_bits(cute.arch.fmin(cute.arch.fmin(t1, t2), t3))
+
+
+def e2m1x8(v) -> Uint32:
+    """Eight fp32 values (already times enc) -> eight e2m1 nibbles, element 0 in bits 0-3.
+
+    NaN gives code 7 (+6) like the hardware cvt: fmin(NaN, 6) = 6, and NVIDIA arithmetic
+    returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN operand of v = x * enc.
+    Codes: two per byte via the shifted magic, gathered with PRMT; signs: PRMT sign-replicate
+    of each value's top byte, masked into bits 3 / 7 of each byte.
+    """
+    pairs = []
+    for j in range(4):
+        lo = e2m1_code_bits(v[2 * j], False)
+        hi = e2m1_code_bits(v[2 * j + 1], True)
+        pairs.append((lo & Uint32(0x07)) | (hi & Uint32(0x70)))
+    codes = prmt(prmt(pairs[0], pairs[1], 0x0040), prmt(pairs[2], pairs[3], 0x0040), 0x5410)
+    bits = [f32_bits(v[i]) for i in range(8)]
+    even = prmt(prmt(bits[0], bits[2], 0x00FB), prmt(bits[4], bits[6], 0x00FB), 0x5410)
+    odd = prmt(prmt(bits[1], bits[3], 0x00FB), prmt(bits[5], bits[7], 0x00FB), 0x5410)
+    return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
+
+
+@cute.jit
+def quad_transpose_u16(p0: Uint32, p1: Uint32, quad: Int32):
+    """4x4 transpose of 16-bit items across the 4 lanes of a quad (two xor shuffles).
+
+    Lane q holds T[q][0..3] as p0 = T[q][0] | T[q][1] << 16, p1 = T[q][2] | T[q][3] << 16 and
+    gets back (T[0][q] | T[1][q] << 16, T[2][q] | T[3][q] << 16).
+    """
+    low = (quad & 2) == 0
+    recv = Uint32(cute.arch.shuffle_sync_bfly(Uint32(cutlass.select_(low, p1, p0)), offset=2))
+    a = Uint32(cutlass.select_(low, p0, recv))  # q < 2: T[q][0:2],   q >= 2: T[q-2][2:4]
+    b = Uint32(cutlass.select_(low, recv, p1))  # q < 2: T[q+2][0:2], q >= 2: T[q][2:4]
+    even = (quad & 1) == 0
+    send = Uint32(cutlass.select_(even, prmt(a, b, 0x7632), prmt(a, b, 0x5410)))
+    recv = Uint32(cute.arch.shuffle_sync_bfly(send, offset=1))
+    lo = Uint32(cutlass.select_(even, prmt(a, recv, 0x5410), prmt(recv, a, 0x7610)))
+    hi = Uint32(cutlass.select_(even, prmt(b, recv, 0x7610), prmt(recv, b, 0x7632)))
+    return lo, hi
+
+
+# ------------------------------------------------------------------------ raw global stores
+
+
+def _store(ptx: str, constraints: str, addr: Int64, values, loc=None, ip=None):
+    llvm.inline_asm(
+        None,
+        [Int64(addr).ir_value(loc=loc, ip=ip)] + [Uint32(v).ir_value(loc=loc, ip=ip) for v in values],
+        ptx,
+        constraints,
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+@dsl_user_op
+def st_global_v4(addr: Int64, a: Uint32, b: Uint32, c: Uint32, d: Uint32, *, loc=None, ip=None):
+    """16-byte store; ``addr`` must be 16-byte aligned."""
+    _store("st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r", addr, (a, b, c, d), loc, ip)
+
+
+@dsl_user_op
+def st_global_v2(addr: Int64, a: Uint32, b: Uint32, *, loc=None, ip=None):
+    """8-byte store; ``addr`` must be 8-byte aligned."""
+    _store("st.global.v2.b32 [$0], {$1, $2};", "l,r,r", addr, (a, b), loc, ip)
+
+
+@dsl_user_op
+def st_global_b32(addr: Int64, a: Uint32, *, loc=None, ip=None):
+    _store("st.global.b32 [$0], $1;", "l,r", addr, (a,), loc, ip)
+
+
+@dsl_user_op
+def st_global_b16(addr: Int64, a: Uint32, *, loc=None, ip=None):
+    _store("{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b16 [$0], h;\n\t}", "l,r", addr, (a,), loc, ip)
+
+
+def swizzled_scale_offset(r, c, num_cols_div4):
+    """Byte offset of scale (r, c) in the cuBLASLt 128x4 layout (te_semantics.md section 4);
+    ``num_cols_div4`` = ceil(compact columns / 4)."""
+    rb = r >> 7
+    d4 = (r >> 5) & 3
+    d3 = r & 31
+    cb = c >> 2
+    d5 = c & 3
+    return ((rb * num_cols_div4 + cb) * 32 + d3) * 16 + d4 * 4 + d5

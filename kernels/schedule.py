@@ -18,7 +18,9 @@ step forward. Neither the group count nor any split size is a compile-time const
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.pipeline as pipeline
 from cutlass import Int32
+from cutlass.cute.nvgpu import cpasync
 
 ROW_START = 0
 ROWTILE_START = 1
@@ -51,3 +53,51 @@ def find_group(tables: cute.Tensor, num_groups: Int32, row_tile: Int32) -> Int32
         else:
             hi = mid - 1
     return lo
+
+
+@cute.jit
+def produce_tiles(
+    pipe,
+    tma_atom: cute.CopyAtom,
+    tma_x: cute.Tensor,
+    sx: cute.Tensor,
+    tables: cute.Tensor,
+    num_groups: Int32,
+    col_tiles: Int32,
+    t_begin: Int32,
+    t_end: Int32,
+    tile_cols: cutlass.Constexpr,
+):
+    """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
+
+    ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
+    ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
+    the tile height: groups start anywhere), hence the domain offset. Rows past the group's end
+    are loaded too (they belong to the next group or are zero-filled past M) and are masked by
+    the consumers.
+    """
+    state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
+    row_tile = t_begin // col_tiles
+    col_tile = t_begin - row_tile * col_tiles
+    g = find_group(tables, num_groups, row_tile)
+    next_start = tables[ROWTILE_START, g + 1]
+    for _ in range(t_begin, t_end):
+        while row_tile >= next_start:
+            g += 1
+            next_start = tables[ROWTILE_START, g + 1]
+        row0 = tables[ROW_START, g] + (row_tile - tables[ROWTILE_START, g]) * TILE_ROWS
+        g_tile = cute.local_tile(
+            cute.domain_offset((0, row0), tma_x), (tile_cols, TILE_ROWS), (col_tile, 0)
+        )
+        t_smem, t_gmem = cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(sx, 0, 2), cute.group_modes(g_tile, 0, 2)
+        )
+        pipe.producer_acquire(state)
+        cute.copy(tma_atom, t_gmem, t_smem[(None, state.index)], tma_bar_ptr=pipe.producer_get_barrier(state))
+        pipe.producer_commit(state)
+        state.advance()
+        col_tile += 1
+        if col_tile == col_tiles:
+            col_tile = Int32(0)
+            row_tile += 1
+    pipe.producer_tail(state)

@@ -73,13 +73,19 @@ def host_time_us(fn, calls: int = 50) -> float:
     return statistics.median(times)
 
 
-def copy_bandwidth_gbps(nbytes: int = 1 << 30) -> float:
-    """Device-to-device copy bandwidth, counting bytes read plus bytes written."""
-    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+def copy_bandwidth_gbps(nbytes: int = 1 << 31) -> float:
+    """Device-to-device copy bandwidth (bytes read + bytes written), best of cudaMemcpy and a
+    float4 copy kernel, 2 GiB buffers."""
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    src.fill_(1)
-    us = graph_time_us(lambda: dst.copy_(src), calls=5, replays=20)
-    return 2 * nbytes / us / 1e3
+    src.fill_(1.0)
+    for _ in range(5):
+        dst.copy_(src)
+    best = 0.0
+    for fn in (lambda: dst.copy_(src), lambda: torch.clone(src)):
+        us = graph_time_us(fn, calls=4, replays=15)
+        best = max(best, 2 * nbytes / us / 1e3)
+    return best
 
 
 CASES = {
@@ -124,9 +130,66 @@ def bench_amax(case, gen, rht=True):
     return _rotating(calls), xs[0].numel() * 2
 
 
+def nvfp4_bytes(splits, n_cols, rowwise=True, columnwise=True):
+    """Bytes the quantize kernel must move: read x (2 B/elem), write e2m1 data (0.5 B/elem per
+    direction) and the padded e4m3 scale blocks."""
+    m = sum(splits)
+    total = 2 * m * n_cols
+    if rowwise:
+        total += m * n_cols // 2 + sum(-(-s // 128) * 128 for s in splits) * (-(-(n_cols // 16) // 4) * 4)
+    if columnwise:
+        total += m * n_cols // 2 + (-(-n_cols // 128) * 128) * sum(-(-(s // 16) // 4) * 4 for s in splits)
+    return total
+
+
+def bench_nvfp4(case, gen, with_amax_pass, **opts):
+    import cutequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    if with_amax_pass:
+        calls = [lambda x=x: cutequant.nvfp4_group_quantize(x, splits, **opts) for x in xs]
+    else:
+        amaxes = [torch.stack(cutequant.group_amax(x, splits)) for x in xs]
+        calls = [
+            lambda x=x, a=a: cutequant.nvfp4_group_quantize(x, splits, amax=a, **opts)
+            for x, a in zip(xs, amaxes)
+        ]
+    nbytes = nvfp4_bytes(splits, n_cols)
+    if with_amax_pass:
+        nbytes += xs[0].numel() * 2  # the amax pass reads x once more
+    return _rotating(calls), nbytes
+
+
+def bench_torch_compile_reference(case, gen):
+    """torch.compile of the reference math (dense only: one group, fp32 RHT matmul)."""
+    from cutequant import reference
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    if len(splits) != 1:
+        raise NotImplementedError("torch.compile baseline: dense cases only")
+    r = reference.rht_matrix().float().cuda()
+
+    def quantize(x):
+        m, n = x.shape
+        amax_r = x.abs().amax().float()
+        xt = x.t().reshape(n, m // 16, 16).float()
+        y = (xt @ r).to(torch.bfloat16).reshape(n, m)
+        amax_c = y.abs().amax().float()
+        return reference.nvfp4_quantize_rows(x, amax_r), reference.nvfp4_quantize_rows(y, amax_c)
+
+    fn = torch.compile(quantize)
+    calls = [lambda x=x: fn(x) for x in xs]
+    return _rotating(calls), nvfp4_bytes(splits, n_cols) + xs[0].numel() * 2
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
+    "nvfp4_quantize": lambda c, g: bench_nvfp4(c, g, False),
+    "nvfp4_quantize_swizzled": lambda c, g: bench_nvfp4(c, g, False, swizzled_scales=True),
+    "nvfp4_quantize_fastmath": lambda c, g: bench_nvfp4(c, g, False, fast_math=True),
+    "nvfp4_quantize+amax": lambda c, g: bench_nvfp4(c, g, True),
+    "nvfp4_torch_compile_ref": bench_torch_compile_reference,
 }
 
 
@@ -143,7 +206,10 @@ def main(argv=None) -> int:
     results = []
     for op in args.ops.split(","):
         for case in args.cases.split(","):
-            fn, nbytes = OPS[op](case, gen)
+            try:
+                fn, nbytes = OPS[op](case, gen)
+            except NotImplementedError:
+                continue
             us = graph_time_us(fn)
             host = host_time_us(fn)
             gbps = nbytes / us / 1e3

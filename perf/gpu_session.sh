@@ -9,7 +9,7 @@ export PYTHONUNBUFFERED=1 CUTEQUANT_CACHE_DIR=${CUTEQUANT_CACHE_DIR:-/tmp/cq-cac
 K=${1:-}
 OPS=${2:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/gpu.txt"
-timeout 420 python3 -m pytest tests -m gpu -q -rf --timeout=240 ${K:+-k "$K"} -p no:cacheprovider 2>&1 \
+timeout 400 python3 -m pytest tests -m gpu -q -rf --tb=short --timeout=240 ${K:+-k "$K"} -p no:cacheprovider 2>&1 \
   | tee "$OUT/pytest.txt" | tail -40
 if [ -n "$OPS" ]; then
   python3 perf/bench.py --ops "$OPS" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"

@@ -69,3 +69,12 @@ def run(spec, *args, stream: torch.cuda.Stream):
     fn = jit.get_kernel(spec)
     conv = [Int32(a) if isinstance(a, int) else a for a in args]
     fn(*conv, cuda.CUstream(stream.cuda_stream))
+
+
+def _empty(shape, dtype, device) -> torch.Tensor:
+    return torch.empty(shape, dtype=dtype, device=device)
+
+
+# How the public ops allocate their outputs; tests swap in a poisoning allocator
+# (cutequant.testing.poisoned_outputs) so that every byte a kernel must write is checked.
+output_allocator = _empty

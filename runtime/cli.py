@@ -30,10 +30,21 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
     out: list[S.KernelSpec] = []
     out += _variants(S.GroupTablesSpec, arch, splits_int64=(False, True))
     out += _variants(S.GroupAmaxSpec, arch, rht=(True, False))
+    for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+        for rht in (True, False) if columnwise else (False,):
+            out += _variants(
+                S.Nvfp4QuantizeSpec,
+                arch,
+                rowwise=(rowwise,),
+                columnwise=(columnwise,),
+                rht=(rht,),
+                swizzled=(False, True),
+                fast_math=(False, True),
+            )
     return out
 
 
-FAMILIES = {cls.family: cls for cls in (S.GroupTablesSpec, S.GroupAmaxSpec)}
+FAMILIES = {cls.family: cls for cls in (S.GroupTablesSpec, S.GroupAmaxSpec, S.Nvfp4QuantizeSpec)}
 
 
 def _parse_value(text: str, current):

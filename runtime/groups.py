@@ -178,3 +178,39 @@ def _device_groups(
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
         layout.check()
     return layout
+
+
+_OFFSET_CACHE: collections.OrderedDict = collections.OrderedDict()
+
+
+def byte_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
+    """int64 [4, G + 1] device tensor: byte offset of every group's block in the NVFP4
+    (row_data, row_scales, col_data, col_scales) buffers (last column = total bytes)."""
+    cp = -(-(n_cols // 16) // 4) * 4
+    np_ = -(-n_cols // 128) * 128
+    mult = (n_cols // 2, cp, n_cols // 2, np_)
+    if layout.host_splits is not None:
+        key = (layout.host_splits, n_cols, layout.tables.device.index)
+        with _LOCK:
+            out = _OFFSET_CACHE.get(key)
+        if out is None:
+            t = host_tables(layout.host_splits).to(torch.int64)[[0, 2, 0, 3]]
+            out = (t * torch.tensor(mult, dtype=torch.int64)[:, None]).to(layout.tables.device)
+            with _LOCK:
+                _OFFSET_CACHE[key] = out
+                while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
+                    _OFFSET_CACHE.popitem(last=False)
+        return out
+    rows = layout.tables[[0, 2, 0, 3]].to(torch.int64)
+    return rows * torch.tensor(mult, dtype=torch.int64, device=rows.device)[:, None]
+
+
+_DUMMIES: dict = {}
+
+
+def dummy_buffer(device: torch.device) -> torch.Tensor:
+    """A 16-byte-aligned placeholder for the pointers of disabled outputs (never written)."""
+    buf = _DUMMIES.get(device.index)
+    if buf is None:
+        buf = _DUMMIES[device.index] = torch.zeros(64, dtype=torch.uint8, device=device)
+    return buf

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 POISON_BYTE = 0xA5
@@ -59,3 +61,47 @@ def poison_(t: torch.Tensor) -> torch.Tensor:
     """Fill every byte of ``t`` with POISON_BYTE (so an unwritten byte is detectable)."""
     t.view(torch.uint8).fill_(POISON_BYTE)
     return t
+
+
+@contextlib.contextmanager
+def poisoned_outputs(byte: int = POISON_BYTE):
+    """Within the block, every output buffer a cutequant op allocates is pre-filled with
+    ``byte``, so an unwritten byte shows up as a mismatch."""
+    from cutequant import _launch
+
+    saved = _launch.output_allocator
+
+    def alloc(shape, dtype, device):
+        t = torch.empty(shape, dtype=dtype, device=device)
+        t.view(torch.uint8).fill_(byte)
+        return t
+
+    _launch.output_allocator = alloc
+    try:
+        yield
+    finally:
+        _launch.output_allocator = saved
+
+
+def rcp_approx_ftz(t: torch.Tensor) -> torch.Tensor:
+    """Elementwise ``rcp.approx.ftz.f32`` on the GPU (Triton inline PTX): the reciprocal TE's
+    fast math uses, so the fast-math reference can be compared bit for bit."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _rcp(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < n
+        x = tl.load(x_ptr + offs, mask=mask)
+        y = tl.inline_asm_elementwise(
+            "rcp.approx.ftz.f32 $0, $1;", "=f,f", [x], dtype=tl.float32, is_pure=True, pack=1
+        )
+        tl.store(y_ptr + offs, y, mask=mask)
+
+    x = t.contiguous().float()
+    y = torch.empty_like(x)
+    n = x.numel()
+    if n:
+        _rcp[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y.view(t.shape)

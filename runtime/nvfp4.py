@@ -1,0 +1,197 @@
+"""``cutequant.nvfp4_group_quantize`` / ``nvfp4_group_dequantize`` and the grouped result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cutequant import _checks, _launch, groups
+from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax
+from cutequant.codegen.specs import Nvfp4QuantizeSpec
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+@dataclass
+class Nvfp4GroupedTensor:
+    """All groups' NVFP4 tensors as views into one contiguous buffer per kind (TE layouts).
+
+    * ``row_data``: uint8 [M, N/2], group g = rows [row_start_g, row_start_g + M_g) (even element in
+      the low nibble); ``row_scales``: uint8 [sum_g roundup(M_g, 128), roundup(N/16, 4)], group g
+      a [roundup(M_g, 128), roundup(N/16, 4)] block (cuBLASLt 128x4 byte order when swizzled);
+    * ``col_data``: uint8 flat, group g a [N, M_g/2] block = quantized RHT(x_g^T) (or x_g^T);
+      ``col_scales``: uint8 flat, group g a [roundup(N, 128), roundup(M_g/16, 4)] block;
+    * ``amax_row``, ``amax_col``: fp32 [G];
+    * ``offsets``: int64 [4, G + 1] device tensor of byte offsets of every group's block in
+      (row_data, row_scales, col_data, col_scales): what a grouped GEMM consumes.
+
+    Padding bytes of the scale blocks are zero in both layouts. Per-group views (``group(g)``)
+    need the split sizes on the host: with device splits the first access synchronizes once.
+    """
+
+    n_cols: int
+    row_data: torch.Tensor | None
+    row_scales: torch.Tensor | None
+    col_data: torch.Tensor | None
+    col_scales: torch.Tensor | None
+    amax_row: torch.Tensor
+    amax_col: torch.Tensor
+    offsets: torch.Tensor
+    swizzled_scales: bool
+    rht: bool
+    sign_mask: int
+    fast_math: bool
+    _layout: groups.GroupLayout
+
+    @property
+    def num_groups(self) -> int:
+        return self._layout.num_groups
+
+    @property
+    def splits(self) -> tuple[int, ...]:
+        return self._layout.splits()
+
+    def group(self, g: int) -> dict:
+        """TE-shaped views of group ``g``: row_data, row_scales, col_data, col_scales, amax."""
+        splits = self.splits
+        if not 0 <= g < len(splits):
+            raise IndexError(f"group index {g} out of range for {len(splits)} groups")
+        m_g, n = splits[g], self.n_cols
+        row0 = sum(splits[:g])
+        out = {"amax_row": self.amax_row[g], "amax_col": self.amax_col[g]}
+        if self.row_data is not None:
+            cp = _round_up(n // 16, 4)
+            rs0 = sum(_round_up(s, 128) for s in splits[:g])
+            out["row_data"] = self.row_data[row0 : row0 + m_g]
+            out["row_scales"] = self.row_scales[rs0 : rs0 + _round_up(m_g, 128)]
+            assert out["row_scales"].shape[1] == cp
+        if self.col_data is not None:
+            np_ = _round_up(n, 128)
+            cg = _round_up(m_g // 16, 4)
+            cs0 = sum(_round_up(s // 16, 4) for s in splits[:g])
+            out["col_data"] = self.col_data[n * row0 // 2 : n * (row0 + m_g) // 2].view(n, m_g // 2)
+            out["col_scales"] = self.col_scales[np_ * cs0 : np_ * (cs0 + cg)].view(np_, cg)
+        return out
+
+    def groups(self) -> list[dict]:
+        return [self.group(g) for g in range(self.num_groups)]
+
+
+def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
+    if isinstance(amax, (tuple, list)):
+        if len(amax) != 2:
+            raise ValueError("amax: expected (amax_row, amax_col) or a [2, G] tensor")
+        for name, t in zip(("amax[0]", "amax[1]"), amax):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+        amax = torch.stack([amax[0].reshape(-1), amax[1].reshape(-1)])
+    if not isinstance(amax, torch.Tensor):
+        raise TypeError(f"amax: expected a [2, G] tensor or a pair of [G] tensors, got {type(amax).__name__}")
+    if amax.dtype != torch.float32:
+        raise TypeError(f"amax: must be float32, got {amax.dtype}")
+    if amax.device != device:
+        raise ValueError(f"amax: on {amax.device}, but x is on {device}")
+    if tuple(amax.shape) != (2, num_groups):
+        raise ValueError(f"amax: expected shape (2, {num_groups}), got {tuple(amax.shape)}")
+    return amax.contiguous()
+
+
+def nvfp4_group_quantize(
+    x: torch.Tensor,
+    splits,
+    *,
+    rowwise: bool = True,
+    columnwise: bool = True,
+    rht: bool = True,
+    sign_mask: int = DEFAULT_SIGN_MASK,
+    swizzled_scales: bool = False,
+    fast_math: bool = False,
+    amax=None,
+) -> Nvfp4GroupedTensor:
+    """Grouped NVFP4 quantization of bf16 ``x[sum(splits), N]`` (TE numerics, bit-exact).
+
+    rowwise: 1x16-block NVFP4 of each group's rows. columnwise: NVFP4 of RHT(x_g^T) (16x16
+    random Hadamard transform along tokens, ``sign_mask`` sign flips) or of x_g^T when ``rht``
+    is False. ``amax``: per-group (row, col) amax to use; computed with ``group_amax`` when None.
+    ``fast_math``: TE's fast-math (rcp.approx reciprocal, no bf16 rounding of the RHT output).
+    """
+    m_rows, n_cols = _checks.check_x(x)
+    for name, flag in (("rowwise", rowwise), ("columnwise", columnwise), ("rht", rht),
+                       ("swizzled_scales", swizzled_scales), ("fast_math", fast_math)):
+        _checks.check_flag(flag, name)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise and columnwise are both False: nothing to compute")
+    _checks.check_sign_mask(sign_mask)
+    arch = _launch.device_arch(x.device)
+    num_groups = _num_groups(splits)
+    dev = x.device
+    if amax is not None:
+        amax = _check_amax(amax, num_groups, dev)
+        poison = None
+    else:
+        amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)
+        poison = amax
+    layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
+
+    host = layout.host_splits
+    cp = _round_up(n_cols // 16, 4)
+    np_ = _round_up(n_cols, 128)
+    if host is not None:
+        rs_rows = sum(_round_up(s, 128) for s in host)
+        cs_cols = sum(_round_up(s // 16, 4) for s in host)
+    else:  # upper bounds: the buffers must not depend on device values
+        rs_rows = m_rows + 127 * num_groups
+        cs_cols = m_rows // 16 + 3 * num_groups
+    u8 = torch.uint8
+    empty = _launch.output_allocator
+    row_data = empty((m_rows, n_cols // 2), u8, dev) if rowwise else None
+    row_scales = empty((rs_rows, cp), u8, dev) if rowwise else None
+    col_data = empty((m_rows * n_cols // 2,), u8, dev) if columnwise else None
+    col_scales = empty((np_ * cs_cols,), u8, dev) if columnwise else None
+
+    if poison is not None:
+        launch_group_amax(x, layout, amax, rht=rht and columnwise, sign_mask=sign_mask, arch=arch)
+    if m_rows > 0:
+        spec = Nvfp4QuantizeSpec(
+            arch=arch,
+            rowwise=rowwise,
+            columnwise=columnwise,
+            rht=rht and columnwise,
+            swizzled=swizzled_scales,
+            fast_math=fast_math,
+        )
+        dummy = groups.dummy_buffer(dev)  # pointer for disabled outputs (never written)
+        _launch.run(
+            spec,
+            _launch.ptr(x),
+            m_rows,
+            n_cols,
+            _launch.ptr(layout.tables, 4),
+            num_groups,
+            _launch.ptr(amax, 4),
+            _launch.ptr(row_data if rowwise else dummy, 16),
+            _launch.ptr(row_scales if rowwise else dummy, 16),
+            _launch.ptr(col_data if columnwise else dummy, 16),
+            _launch.ptr(col_scales if columnwise else dummy, 16),
+            sign_mask,
+            _launch.sm_count(dev),
+            stream=torch.cuda.current_stream(dev),
+        )
+    return Nvfp4GroupedTensor(
+        n_cols=n_cols,
+        row_data=row_data,
+        row_scales=row_scales,
+        col_data=col_data,
+        col_scales=col_scales,
+        amax_row=amax[0],
+        amax_col=amax[1],
+        offsets=groups.byte_offsets(layout, n_cols),
+        swizzled_scales=swizzled_scales,
+        rht=rht and columnwise,
+        sign_mask=sign_mask,
+        fast_math=fast_math,
+        _layout=layout,
+    )

@@ -1,0 +1,131 @@
+"""GPU: grouped NVFP4 quantize, every byte against cutequant.reference (bit-exact)."""
+
+import itertools
+
+import pytest
+import torch
+
+import cutequant
+from cutequant import reference
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits, rcp_approx_ftz
+
+pytestmark = pytest.mark.gpu
+
+VARIANTS = [
+    dict(rowwise=r, columnwise=c, rht=h, swizzled_scales=s, fast_math=f)
+    for (r, c), h, s, f in itertools.product(
+        ((True, True), (True, False), (False, True)), (True, False), (False, True), (False, True)
+    )
+    if c or not h
+]
+
+
+def _same_f32(got, ref):
+    got, ref = got.float().cpu().reshape(-1), ref.float().cpu().reshape(-1)
+    nan = torch.isnan(ref)
+    return torch.equal(torch.isnan(got), nan) and torch.equal(
+        got[~nan].view(torch.int32), ref[~nan].view(torch.int32)
+    )
+
+
+def _first_diff(name, got, ref):
+    got, ref = got.reshape(-1).cpu(), ref.reshape(-1).cpu()
+    bad = (got != ref).nonzero()
+    i = int(bad[0]) if len(bad) else -1
+    return f"{name}: {len(bad)} bytes differ; first at {i}: got {got[i]:#x} ref {ref[i]:#x}"
+
+
+def check_quantize(x, splits, *, device_splits=None, amax=None, **opts):
+    with poisoned_outputs():
+        res = cutequant.nvfp4_group_quantize(
+            x, device_splits if device_splits is not None else splits, amax=amax, **opts
+        )
+    torch.cuda.synchronize()
+    recip = rcp_approx_ftz if opts.get("fast_math") else None
+    ref = reference.nvfp4_group_quantize(x, splits, amax=amax, reciprocal=recip, **opts)
+    assert res.splits == tuple(splits)
+    for g, (got, want) in enumerate(zip(res.groups(), ref)):
+        assert _same_f32(got["amax_row"], want["amax_row"]), (g, got["amax_row"], want["amax_row"])
+        assert _same_f32(got["amax_col"], want["amax_col"]), (g, got["amax_col"], want["amax_col"])
+        for key in ("row_data", "row_scales", "col_data", "col_scales"):
+            if key not in want:
+                assert getattr(res, key) is None
+                continue
+            a = got[key].reshape(-1)
+            b = want[key].reshape(-1).to(a.device)
+            assert a.numel() == b.numel(), (g, key, a.numel(), b.numel())
+            assert torch.equal(a, b), f"group {g} ({splits[g]} rows): " + _first_diff(key, a, b)
+    if device_splits is None:  # exact-size buffers: every byte was written
+        for key in ("row_data", "row_scales", "col_data", "col_scales"):
+            buf = getattr(res, key)
+            if buf is not None:
+                total = sum(d[key].numel() for d in ref)
+                assert buf.numel() == total, (key, buf.numel(), total)
+    return res
+
+
+@pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: "-".join(k for k, v in o.items() if v))
+def test_every_variant(opts, rng):
+    splits = random_splits(8, None, rng, zero_at=("middle",), mean_rows=160)
+    x = grouped_input(splits, 272, rng)
+    check_quantize(x, splits, **opts)
+
+
+@pytest.mark.parametrize("shape", [(128, 128), (256, 272), (8192, 5120), (16384, 7168), (65536, 2048)])
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_dense_shapes(shape, swizzled, rng):
+    m, n = shape
+    x = grouped_input([m], n, rng)
+    check_quantize(x, [m], swizzled_scales=swizzled)
+
+
+@pytest.mark.parametrize(
+    "groups,zero_at,n_cols",
+    [(1, (), 2048), (8, ("front",), 5120), (64, ("front", "middle", "end"), 2048),
+     (300, ("middle", "end"), 1024), (8, ("all",), 512)],
+)
+def test_grouped(groups, zero_at, n_cols, rng):
+    splits = random_splits(groups, None, rng, zero_at=zero_at)
+    x = grouped_input(splits, n_cols, rng)
+    check_quantize(x, splits)
+    check_quantize(x, splits, swizzled_scales=True, fast_math=True)
+
+
+def test_device_splits_and_given_amax(rng):
+    splits = random_splits(64, None, rng, zero_at=("front", "end"))
+    x = grouped_input(splits, 1024, rng)
+    dev = torch.tensor(splits, dtype=torch.int64, device="cuda")
+    check_quantize(x, splits, device_splits=dev)
+    amax = torch.stack(reference.group_amax(x, splits)).cuda() * 1.5
+    check_quantize(x, splits, amax=amax)
+
+
+def test_extremes(rng):
+    splits = [16, 64, 128, 48]
+    n = 16
+    x = grouped_input(splits, n, rng)
+    bf16_max = torch.finfo(torch.bfloat16).max
+    x[16:80] = 0.0
+    x[80:208] = (torch.sign(x[80:208].float()) * bf16_max).to(torch.bfloat16)
+    check_quantize(x, splits)
+    check_quantize(x, splits, rht=False, swizzled_scales=True)
+    zeros = torch.zeros(256, 256, dtype=torch.bfloat16, device="cuda")
+    check_quantize(zeros, [128, 128])
+
+
+def test_ties_and_special_values(rng):
+    """Values exactly on e2m1 midpoints: amax 10.5 gives S_enc = 256 (a power of two), so a
+    block with max 6 gets sf = 256, sf * S_dec = 1 and enc = 1: the ties survive scaling."""
+    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0], dtype=torch.float32)
+    row = torch.cat([ties, -ties])
+    x = row.repeat(64, 8).to(torch.bfloat16).cuda()
+    amax = torch.full((2, 1), 10.5, device="cuda")
+    check_quantize(x, [64], amax=amax, columnwise=False)
+    check_quantize(x.t().contiguous()[:, :64].contiguous(), [128], amax=amax, rht=False)
+    check_quantize(x, [64])
+    y = grouped_input([64, 64], 128, rng)
+    y[3, 5] = float("nan")
+    y[70, 9] = float("inf")
+    y[100, 1] = -0.0
+    check_quantize(y, [64, 64], rht=False)
+    check_quantize(y, [64, 64])
