@@ -215,6 +215,13 @@ def encode_multiplier(sf: Float32, s_dec: Float32, fast_math: bool) -> Float32:
     return cute.arch.fmin(rcp_rn(denom), Float32(FLT_MAX))
 
 
+def enc_table_entry(code: Int32, s_dec: Float32, fast_math: bool) -> Float32:
+    """Entry ``code`` (an e4m3 byte, 0..127) of a group's enc lookup table: each block then
+    needs one shared load instead of a cvt, a multiply and a correctly rounded reciprocal."""
+    sf = e4m3x2_to_f32x2(Uint32(code))[0]
+    return encode_multiplier(sf, s_dec, fast_math)
+
+
 def block_scales2(amax0: Float32, amax1: Float32, s_enc_div6: Float32):
     """sf bytes of two blocks in one cvt: block 0 in bits 0-7, block 1 in bits 8-15.
     ``s_enc_div6`` = f32(S_enc * f32(1/6)), per group (TE's amax * (S_enc * inv6) order)."""
@@ -225,20 +232,17 @@ def block_scales2(amax0: Float32, amax1: Float32, s_enc_div6: Float32):
 # e2m1 RNE without a cvt (sm_90a has none). For a = min(|v|, 6) the code (0..7) is
 #   min(RNE(2a), RNE(a) + 2, RNE(a / 2) + 4)
 # (the first term is right below 2, the second in [2, 4), the third from 4 on, and each is
-# the smallest where it is right). Each RNE is one fma against 2^23 (exactly one rounding), so
-# ties go to even exactly like cvt.rn.satfinite.e2m1x2.f32. Scaling the three fmas by 16 and the
-# magic by 16 leaves the code at bits 4-6 instead of 0-2: two codes merge with one LOP3.
-_SHIFT0 = (2.0, 1.0, 0.5, MAGIC, MAGIC + 2.0, MAGIC + 4.0)
-_SHIFT4 = tuple(16.0 * c for c in _SHIFT0)
+# the smallest where it is right). Each RNE is one fma against 2^23 (a single rounding, so ties
+# go to even exactly like cvt.rn.satfinite.e2m1x2.f32) and leaves the code in mantissa bits 0-2.
+# Cost: 1 FMNMX (abs + clamp) + 3 FFMA + 2 FMNMX per value.
 
 
-def e2m1_code_bits(v: Float32, shift4: bool) -> Uint32:
-    """Bit pattern whose bits 0-2 (shift4: bits 4-6) hold the e2m1 magnitude code of ``v``."""
-    k = _SHIFT4 if shift4 else _SHIFT0
+def e2m1_code_bits(v: Float32) -> Uint32:
+    """Bit pattern whose bits 0-2 hold the e2m1 magnitude code of ``v`` (bits 3+ garbage)."""
     a = cute.arch.fmin(cute.math.absf(v), Float32(6.0))  # NaN -> 6 (code 7), as the hw cvt
-    t1 = fma_rn(a, Float32(k[0]), Float32(k[3]))
-    t2 = fma_rn(a, Float32(k[1]), Float32(k[4]))
-    t3 = fma_rn(a, Float32(k[2]), Float32(k[5]))
+    t1 = fma_rn(a, Float32(2.0), Float32(MAGIC))
+    t2 = fma_rn(a, Float32(1.0), Float32(MAGIC + 2.0))
+    t3 = fma_rn(a, Float32(0.5), Float32(MAGIC + 4.0))
     return f32_bits(cute.arch.fmin(cute.arch.fmin(t1, t2), t3))
 
 
@@ -247,14 +251,14 @@ def e2m1x8(v) -> Uint32:
 
     NaN gives code 7 (+6) like the hardware cvt: fmin(NaN, 6) = 6, and NVIDIA arithmetic
     returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN operand of v = x * enc.
-    Codes: two per byte via the shifted magic, gathered with PRMT; signs: PRMT sign-replicate
-    of each value's top byte, masked into bits 3 / 7 of each byte.
+    Codes: two per byte, bytes gathered with PRMT; signs: PRMT sign-replicate of each value's
+    top byte, masked into bits 3 / 7 of each byte.
     """
     pairs = []
     for j in range(4):
-        lo = e2m1_code_bits(v[2 * j], False)
-        hi = e2m1_code_bits(v[2 * j + 1], True)
-        pairs.append((lo & Uint32(0x07)) | (hi & Uint32(0x70)))
+        lo = e2m1_code_bits(v[2 * j])
+        hi = e2m1_code_bits(v[2 * j + 1])
+        pairs.append((lo & Uint32(0x07)) | ((hi << 4) & Uint32(0x70)))
     codes = prmt(prmt(pairs[0], pairs[1], 0x0040), prmt(pairs[2], pairs[3], 0x0040), 0x5410)
     bits = [f32_bits(v[i]) for i in range(8)]
     even = prmt(prmt(bits[0], bits[2], 0x00FB), prmt(bits[4], bits[6], 0x00FB), 0x5410)
