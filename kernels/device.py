@@ -69,10 +69,10 @@ def absmax(acc: Float32, x: Float32) -> Float32:
 
 @cute.jit
 def bf16x2_pair_absmax(word: Uint32) -> Float32:
-    """|max| of the two bf16 halves of ``word`` as fp32 (exact widening)."""
+    """max(|lo|, |hi|) of the two bf16 halves of ``word`` as a non-negative fp32 (exact)."""
     lo = bits_f32(word << 16)
     hi = bits_f32(word & Uint32(0xFFFF0000))
-    return absmax(lo, hi)
+    return cute.math.absf(absmax(lo, hi))
 
 
 @cute.jit
