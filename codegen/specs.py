@@ -15,7 +15,9 @@ import json
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-ARCHS = ("sm_90a", "sm_100a")
+ARCHS = ("sm_90a",)
+IN_DTYPES = ("bf16", "f16", "f32")
+FP8_DTYPES = ("e4m3", "e5m2")
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,15 @@ class GroupAmaxSpec(KernelSpec):
     template: ClassVar[str] = "group_amax.py.j2"
     family: ClassVar[str] = "group_amax"
     rht: bool = True
+    in_dtype: str = "bf16"
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.in_dtype not in IN_DTYPES:
+            raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
+        if self.rht and self.in_dtype != "bf16":
+            raise ValueError("the RHT amax is defined for bf16 input only")
 
 
 @dataclass(frozen=True)
@@ -113,3 +123,26 @@ class Nvfp4QuantizeSpec(KernelSpec):
             raise ValueError("at least one of rowwise / columnwise must be set")
         if self.rht and not self.columnwise:
             raise ValueError("rht applies to the columnwise output only")
+
+
+@dataclass(frozen=True)
+class Fp8QuantizeSpec(KernelSpec):
+    """Grouped FP8 per-tensor cast (current or delayed scaling), rowwise and/or transposed."""
+
+    template: ClassVar[str] = "fp8_quantize.py.j2"
+    family: ClassVar[str] = "fp8_quantize"
+    in_dtype: str = "bf16"
+    fp8_dtype: str = "e4m3"
+    delayed: bool = False
+    rowwise: bool = True
+    columnwise: bool = True
+    plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.in_dtype not in IN_DTYPES:
+            raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
+        if self.fp8_dtype not in FP8_DTYPES:
+            raise ValueError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype!r}")
+        if not (self.rowwise or self.columnwise):
+            raise ValueError("at least one of rowwise / columnwise must be set")

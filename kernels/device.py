@@ -61,6 +61,37 @@ def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
     )
 
 
+@dsl_user_op
+def f16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Per-half |max| of two packed f16 pairs, NaN-propagating (sign bits are garbage)."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "max.NaN.xorsign.abs.f16x2 $0, $1, $2;",
+            "=r,r,r",
+            [Uint32(acc).ir_value(loc=loc, ip=ip), Uint32(word).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def f16x2_to_f32x2(word: Uint32, *, loc=None, ip=None):
+    """Exact f16 -> fp32 of both halves of ``word`` (low half first)."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32(), T.f32()]),
+        [Uint32(word).ir_value(loc=loc, ip=ip)],
+        "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\t"
+        "cvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}",
+        "=f,=f,r",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return (
+        Float32(llvm.extractvalue(T.f32(), res, [0], loc=loc, ip=ip)),
+        Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)),
+    )
+
+
 @cute.jit
 def absmax(acc: Float32, x: Float32) -> Float32:
     """max(|acc|, |x|) with NaN propagation; the sign of the result is garbage (xorsign)."""
@@ -72,6 +103,13 @@ def bf16x2_pair_absmax(word: Uint32) -> Float32:
     """max(|lo|, |hi|) of the two bf16 halves of ``word`` as a non-negative fp32 (exact)."""
     lo = bits_f32(word << 16)
     hi = bits_f32(word & Uint32(0xFFFF0000))
+    return cute.math.absf(absmax(lo, hi))
+
+
+@cute.jit
+def f16x2_pair_absmax(word: Uint32) -> Float32:
+    """max(|lo|, |hi|) of the two f16 halves of ``word`` as a non-negative fp32 (exact)."""
+    lo, hi = f16x2_to_f32x2(word)
     return cute.math.absf(absmax(lo, hi))
 
 
@@ -116,6 +154,19 @@ def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
         _asm(
             T.i32(),
             "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+            "=r,f,f",
+            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+@dsl_user_op
+def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """RNE satfinite fp32 -> e5m2 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
             "=r,f,f",
             [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
         )

@@ -1,6 +1,14 @@
 """cutequant: grouped NVFP4 / FP8 quantization kernels for MoE training (CuTe DSL, Hopper)."""
 
 from cutequant.amax import group_amax
+from cutequant.fp8 import Fp8GroupedTensor, fp8_group_dequantize, fp8_group_quantize
 from cutequant.nvfp4 import Nvfp4GroupedTensor, nvfp4_group_quantize
 
-__all__ = ["Nvfp4GroupedTensor", "group_amax", "nvfp4_group_quantize"]
+__all__ = [
+    "Fp8GroupedTensor",
+    "Nvfp4GroupedTensor",
+    "fp8_group_dequantize",
+    "fp8_group_quantize",
+    "group_amax",
+    "nvfp4_group_quantize",
+]

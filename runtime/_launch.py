@@ -62,12 +62,14 @@ def ptr(t: torch.Tensor, align: int = 16):
 
 
 def run(spec, *args, stream: torch.cuda.Stream):
-    """Launch ``spec``'s kernel on ``stream`` (ints become Int32 arguments)."""
+    """Launch ``spec``'s kernel on ``stream`` (ints become Int32, floats Float32 arguments)."""
     import cuda.bindings.driver as cuda
-    from cutlass import Int32
+    from cutlass import Float32, Int32
 
     fn = jit.get_kernel(spec)
-    conv = [Int32(a) if isinstance(a, int) else a for a in args]
+    conv = [
+        Int32(a) if isinstance(a, int) else Float32(a) if isinstance(a, float) else a for a in args
+    ]
     fn(*conv, cuda.CUstream(stream.cuda_stream))
 
 

@@ -9,12 +9,13 @@ from cutequant import _checks, _launch, groups
 from cutequant.codegen.specs import GroupAmaxSpec
 
 DEFAULT_SIGN_MASK = 0xD7E8
+IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 
 
 def group_amax(
     x: torch.Tensor, splits, *, rht: bool = True, sign_mask: int = DEFAULT_SIGN_MASK
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-group amax of bf16 ``x[sum(splits), N]``.
+    """Per-group amax of ``x[sum(splits), N]`` (bf16; fp16 / fp32 too when ``rht`` is False).
 
     Returns ``(amax_row, amax_col)``, fp32 ``[G]`` each: ``amax_row[g] = max |x_g|`` and
     ``amax_col[g] = max |bf16(RHT(x_g^T))|`` (the 16x16 random Hadamard transform along tokens,
@@ -23,13 +24,17 @@ def group_amax(
     host synchronization); each a multiple of 16, summing to ``x.shape[0]``. Bad device splits
     are caught on the device: the outputs are set to NaN (``CUTEQUANT_SYNC_CHECKS=1`` raises).
     """
-    m_rows, n_cols = _checks.check_x(x)
+    m_rows, n_cols = _checks.check_x(x, dtypes=tuple(IN_DTYPES))
     _checks.check_flag(rht, "rht")
     _checks.check_sign_mask(sign_mask)
+    if rht and x.dtype != torch.bfloat16:
+        raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
     arch = _launch.device_arch(x.device)
     amax = torch.zeros(2, _num_groups(splits), dtype=torch.float32, device=x.device)
     layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
-    launch_group_amax(x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch)
+    launch_group_amax(
+        x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
+    )
     return amax[0], amax[1]
 
 
@@ -54,13 +59,14 @@ def launch_group_amax(
     rht: bool,
     sign_mask: int,
     arch: str,
+    in_dtype: str = "bf16",
 ) -> None:
     """Accumulate into ``amax[2, G]`` (must be zero). No checks: callers validated."""
     m_rows, n_cols = x.shape
     if m_rows == 0:
         return
     _launch.run(
-        GroupAmaxSpec(arch=arch, rht=rht),
+        GroupAmaxSpec(arch=arch, rht=rht, in_dtype=in_dtype),
         _launch.ptr(x),
         m_rows,
         n_cols,

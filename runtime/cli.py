@@ -29,7 +29,8 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
     """Every kernel variant the runtime can ask for: what `precompile` and CI compile."""
     out: list[S.KernelSpec] = []
     out += _variants(S.GroupTablesSpec, arch, splits_int64=(False, True))
-    out += _variants(S.GroupAmaxSpec, arch, rht=(True, False))
+    out += _variants(S.GroupAmaxSpec, arch, rht=(True,))
+    out += _variants(S.GroupAmaxSpec, arch, rht=(False,), in_dtype=S.IN_DTYPES)
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         for rht in (True, False) if columnwise else (False,):
             out += _variants(
@@ -41,10 +42,23 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
                 swizzled=(False, True),
                 fast_math=(False, True),
             )
+    for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+        out += _variants(
+            S.Fp8QuantizeSpec,
+            arch,
+            in_dtype=S.IN_DTYPES,
+            fp8_dtype=S.FP8_DTYPES,
+            delayed=(False, True),
+            rowwise=(rowwise,),
+            columnwise=(columnwise,),
+        )
     return out
 
 
-FAMILIES = {cls.family: cls for cls in (S.GroupTablesSpec, S.GroupAmaxSpec, S.Nvfp4QuantizeSpec)}
+FAMILIES = {
+    cls.family: cls
+    for cls in (S.GroupTablesSpec, S.GroupAmaxSpec, S.Nvfp4QuantizeSpec, S.Fp8QuantizeSpec)
+}
 
 
 def _parse_value(text: str, current):

@@ -205,6 +205,13 @@ def byte_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
     return rows * torch.tensor(mult, dtype=torch.int64, device=rows.device)[:, None]
 
 
+def element_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
+    """int64 [2, G + 1] device tensor: element offset of every group's block in the FP8
+    (row_data, col_data) buffers (both row_start * N)."""
+    rows = layout.tables[0].to(torch.int64) * n_cols
+    return torch.stack([rows, rows])
+
+
 _DUMMIES: dict = {}
 
 

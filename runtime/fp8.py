@@ -1,0 +1,193 @@
+"""``cutequant.fp8_group_quantize`` / ``fp8_group_dequantize``: grouped FP8 per-tensor scaling."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cutequant import _checks, _launch, groups
+from cutequant.amax import IN_DTYPES as _IN_DTYPES
+from cutequant.amax import _num_groups, launch_group_amax
+from cutequant.codegen.specs import Fp8QuantizeSpec
+
+_FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+
+
+@dataclass
+class Fp8GroupedTensor:
+    """All groups' FP8 tensors as views into one contiguous buffer per kind.
+
+    * ``row_data``: fp8 [M, N] (group g = rows [row_start_g, row_start_g + M_g));
+    * ``col_data``: fp8 flat, group g an [N, M_g] block (the transpose Hopper FP8 GEMMs need);
+    * ``scale``, ``scale_inv``, ``amax``: fp32 [G];
+    * ``offsets``: int64 [2, G + 1] device tensor of element offsets of every group's block in
+      (row_data, col_data).
+    """
+
+    n_cols: int
+    fp8_dtype: torch.dtype
+    row_data: torch.Tensor | None
+    col_data: torch.Tensor | None
+    scale: torch.Tensor
+    scale_inv: torch.Tensor
+    amax: torch.Tensor
+    offsets: torch.Tensor
+    _layout: groups.GroupLayout
+
+    @property
+    def num_groups(self) -> int:
+        return self._layout.num_groups
+
+    @property
+    def splits(self) -> tuple[int, ...]:
+        return self._layout.splits()
+
+    def group(self, g: int) -> dict:
+        splits = self.splits
+        if not 0 <= g < len(splits):
+            raise IndexError(f"group index {g} out of range for {len(splits)} groups")
+        m_g, n = splits[g], self.n_cols
+        row0 = sum(splits[:g])
+        out = {"scale": self.scale[g], "scale_inv": self.scale_inv[g], "amax": self.amax[g]}
+        if self.row_data is not None:
+            out["row_data"] = self.row_data[row0 : row0 + m_g]
+        if self.col_data is not None:
+            out["col_data"] = self.col_data[n * row0 : n * (row0 + m_g)].view(n, m_g)
+        return out
+
+    def groups(self) -> list[dict]:
+        return [self.group(g) for g in range(self.num_groups)]
+
+
+def fp8_group_quantize(
+    x: torch.Tensor,
+    splits,
+    *,
+    fp8_dtype: torch.dtype = torch.float8_e4m3fn,
+    scaling: str = "current",
+    scale: torch.Tensor | None = None,
+    rowwise: bool = True,
+    columnwise: bool = True,
+    amax_epsilon: float = 0.0,
+    force_pow2_scales: bool = False,
+) -> Fp8GroupedTensor:
+    """Grouped FP8 per-tensor quantization of ``x[sum(splits), N]`` (bf16, fp16 or fp32).
+
+    ``scaling="current"``: a grouped amax pass, then per group TE's compute_scale_from_amax
+    (``amax_epsilon``, ``force_pow2_scales``) and the cast. ``scaling="delayed"``: ``scale``
+    (fp32 [G] on x's device) is used as is, and the cast records each group's amax of this
+    input (for the amax history). Both write ``scale_inv = 1 / scale``. Outputs: rowwise fp8
+    [M_g, N] and/or columnwise (transposed) [N, M_g] per group, RNE with saturation.
+    """
+    m_rows, n_cols = _checks.check_x(x, dtypes=tuple(_IN_DTYPES))
+    if fp8_dtype not in _FP8_DTYPES:
+        raise TypeError(
+            f"fp8_dtype: must be torch.float8_e4m3fn or torch.float8_e5m2, got {fp8_dtype}"
+        )
+    if scaling not in ("current", "delayed"):
+        raise ValueError(f"scaling: must be 'current' or 'delayed', got {scaling!r}")
+    for name, flag in (("rowwise", rowwise), ("columnwise", columnwise),
+                       ("force_pow2_scales", force_pow2_scales)):
+        _checks.check_flag(flag, name)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise and columnwise are both False: nothing to compute")
+    if isinstance(amax_epsilon, bool) or not isinstance(amax_epsilon, (int, float)):
+        raise TypeError(f"amax_epsilon: expected a float, got {type(amax_epsilon).__name__}")
+    if not amax_epsilon >= 0.0:
+        raise ValueError(f"amax_epsilon: must be >= 0, got {amax_epsilon}")
+    num_groups = _num_groups(splits)
+    dev = x.device
+    delayed = scaling == "delayed"
+    if delayed:
+        if scale is None:
+            raise ValueError("scale: required with scaling='delayed' (fp32 [G] on x's device)")
+        if not isinstance(scale, torch.Tensor):
+            raise TypeError(f"scale: expected a tensor, got {type(scale).__name__}")
+        if scale.dtype != torch.float32 or scale.device != dev:
+            raise ValueError(f"scale: must be float32 on {dev}, got {scale.dtype} on {scale.device}")
+        if tuple(scale.shape) != (num_groups,):
+            raise ValueError(f"scale: expected shape ({num_groups},), got {tuple(scale.shape)}")
+        scale = scale.contiguous()
+    elif scale is not None:
+        raise ValueError("scale: only used with scaling='delayed'")
+    arch = _launch.device_arch(dev)
+
+    amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)
+    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax)
+    empty = _launch.output_allocator
+    row_data = empty((m_rows, n_cols), fp8_dtype, dev) if rowwise else None
+    col_data = empty((m_rows * n_cols,), fp8_dtype, dev) if columnwise else None
+    scales = empty((2, num_groups), torch.float32, dev)
+    in_dtype = _IN_DTYPES[x.dtype]
+    if not delayed:
+        launch_group_amax(x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype)
+    dummy = groups.dummy_buffer(dev)
+    if m_rows > 0 or num_groups > 0:
+        spec = Fp8QuantizeSpec(
+            arch=arch,
+            in_dtype=in_dtype,
+            fp8_dtype=_FP8_DTYPES[fp8_dtype],
+            delayed=delayed,
+            rowwise=rowwise,
+            columnwise=columnwise,
+        )
+        _launch.run(
+            spec,
+            _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),
+            max(m_rows, 1),
+            n_cols,
+            _launch.ptr(layout.tables, 4),
+            num_groups,
+            _launch.ptr(amax, 4),
+            _launch.ptr(scale if delayed else amax, 4),
+            _launch.ptr(scales[0], 4),
+            _launch.ptr(scales[1], 4),
+            _launch.ptr(row_data.view(torch.uint8) if rowwise else dummy, 16),
+            _launch.ptr(col_data.view(torch.uint8) if columnwise else dummy, 16),
+            float(amax_epsilon),
+            int(force_pow2_scales),
+            _launch.sm_count(dev),
+            stream=torch.cuda.current_stream(dev),
+        )
+    return Fp8GroupedTensor(
+        n_cols=n_cols,
+        fp8_dtype=fp8_dtype,
+        row_data=row_data,
+        col_data=col_data,
+        scale=scales[0],
+        scale_inv=scales[1],
+        amax=amax[0],
+        offsets=groups.element_offsets(layout, n_cols),
+        _layout=layout,
+    )
+
+
+def fp8_group_dequantize(
+    result: Fp8GroupedTensor, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """High-precision tensor back from ``result``: ``f32(fp8) * scale_inv[group]``.
+
+    Rowwise: [M, N]. ``columnwise=True``: from the transposed copies, returned as [M, N] too.
+    Runs on the GPU with no host synchronization (device splits stay on the device)."""
+    if not isinstance(result, Fp8GroupedTensor):
+        raise TypeError(f"result: expected an Fp8GroupedTensor, got {type(result).__name__}")
+    layout = result._layout
+    rows = torch.diff(layout.tables[0].to(torch.int64))
+    m = layout.m_rows
+    per_row = torch.repeat_interleave(result.scale_inv, rows, output_size=m)
+    if not columnwise:
+        if result.row_data is None:
+            raise ValueError("result: has no rowwise data (quantized with rowwise=False)")
+        return (result.row_data.float() * per_row[:, None]).to(out_dtype)
+    if result.col_data is None:
+        raise ValueError("result: has no columnwise data (quantized with columnwise=False)")
+    n = result.n_cols
+    out = torch.empty(m, n, dtype=out_dtype, device=result.col_data.device)
+    for g, s in enumerate(result.splits):
+        if s:
+            d = result.group(g)["col_data"]
+            out[sum(result.splits[:g]) : sum(result.splits[:g]) + s] = (
+                d.float().t() * result.scale_inv[g]
+            ).to(out_dtype)
+    return out

@@ -1,0 +1,100 @@
+"""GPU: grouped FP8 quantize (current / delayed scaling), every byte against the reference."""
+
+import itertools
+
+import pytest
+import torch
+
+import cutequant
+from cutequant import reference
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits
+
+pytestmark = pytest.mark.gpu
+
+IN = [torch.bfloat16, torch.float16, torch.float32]
+FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
+
+
+def _same_f32(got, ref):
+    got, ref = got.float().cpu().reshape(-1), ref.float().cpu().reshape(-1)
+    nan = torch.isnan(ref)
+    return torch.equal(torch.isnan(got), nan) and torch.equal(
+        got[~nan].view(torch.int32), ref[~nan].view(torch.int32)
+    )
+
+
+def check_fp8(x, splits, *, device_splits=None, **opts):
+    with poisoned_outputs():
+        res = cutequant.fp8_group_quantize(
+            x, device_splits if device_splits is not None else splits, **opts
+        )
+    torch.cuda.synchronize()
+    ref = reference.fp8_group_quantize(x, splits, **opts)
+    for g, (got, want) in enumerate(zip(res.groups(), ref)):
+        for key in ("scale", "scale_inv", "amax"):
+            assert _same_f32(got[key], want[key]), (g, key, got[key], want[key])
+        for key in ("row_data", "col_data"):
+            if key not in want:
+                assert getattr(res, key) is None
+                continue
+            a = got[key].view(torch.uint8).reshape(-1)
+            b = want[key].view(torch.uint8).reshape(-1).to(a.device)
+            bad = (a != b).nonzero()
+            assert len(bad) == 0, (
+                f"group {g} ({splits[g]} rows) {key}: {len(bad)} bytes differ; first at "
+                f"{int(bad[0])}: got {int(a[bad[0]])} ref {int(b[bad[0]])}"
+            )
+    return res
+
+
+@pytest.mark.parametrize("in_dtype,fp8_dtype", list(itertools.product(IN, FP8)))
+@pytest.mark.parametrize("scaling", ["current", "delayed"])
+@pytest.mark.parametrize("dirs", [(True, True), (True, False), (False, True)])
+def test_every_variant(in_dtype, fp8_dtype, scaling, dirs, rng):
+    splits = random_splits(8, None, rng, zero_at=("front", "end"), mean_rows=160)
+    x = grouped_input(splits, 272, rng).to(in_dtype)
+    opts = dict(fp8_dtype=fp8_dtype, scaling=scaling, rowwise=dirs[0], columnwise=dirs[1])
+    if scaling == "delayed":
+        opts["scale"] = torch.rand(8, generator=rng).cuda() * 100 + 0.5
+    check_fp8(x, splits, **opts)
+
+
+@pytest.mark.parametrize("groups", [1, 8, 65, 300])
+def test_group_counts(groups, rng):
+    splits = random_splits(groups, None, rng, zero_at=("middle",))
+    x = grouped_input(splits, 1024, rng)
+    check_fp8(x, splits)
+    dev = torch.tensor(splits, dtype=torch.int32, device="cuda")
+    check_fp8(x, splits, device_splits=dev, fp8_dtype=torch.float8_e5m2)
+
+
+def test_dense_and_all_empty(rng):
+    x = grouped_input([8192], 5120, rng)
+    check_fp8(x, [8192])
+    check_fp8(grouped_input([0, 0, 0], 256, rng), [0, 0, 0])
+
+
+def test_scale_options_and_special_values(rng):
+    splits = [64, 32, 0, 96]
+    x = grouped_input(splits, 256, rng).float()
+    x[5, 3] = float("inf")
+    x[70, 9] = float("nan")
+    x[100, 0] = -float("inf")
+    x[96:128] = 0.0  # a group whose amax is 0 -> scale 1
+    x[130, 7] = 1e30
+    for pow2 in (False, True):
+        for eps in (0.0, 1e-3, 1e4):
+            check_fp8(x, splits, amax_epsilon=eps, force_pow2_scales=pow2)
+            check_fp8(x, splits, fp8_dtype=torch.float8_e5m2, amax_epsilon=eps,
+                      force_pow2_scales=pow2)
+    check_fp8(x, splits, scaling="delayed", scale=torch.tensor([1.0, 1e-30, 3.0, 1e30]).cuda())
+
+
+def test_dequantize_round_trip(rng):
+    splits = [64, 0, 128]
+    x = grouped_input(splits, 512, rng)
+    res = cutequant.fp8_group_quantize(x, splits)
+    for columnwise in (False, True):
+        y = cutequant.fp8_group_dequantize(res, columnwise=columnwise, out_dtype=torch.float32)
+        rel = (y - x.float()).norm() / x.float().norm()
+        assert rel < 0.05, rel
