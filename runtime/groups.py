@@ -131,16 +131,24 @@ def prepare_groups(
     """
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
         return _device_groups(splits, m_rows, device, poison)
+    if isinstance(splits, (list, tuple)):  # fast path: a repeated host split list is cached
+        try:
+            hit = _HOST_CACHE.get((tuple(splits), m_rows, device.index))
+        except TypeError:
+            hit = None
+        if hit is not None:
+            return GroupLayout(len(hit[1]), m_rows, hit[0], hit[1])
     values = _validate_host_splits(splits, m_rows)
-    key = (values, device.index)
+    key = (values, m_rows, device.index)
     with _LOCK:
-        tables = _HOST_CACHE.get(key)
+        cached = _HOST_CACHE.get(key)
+        tables = cached[0] if cached is not None else None
         if tables is not None:
             _HOST_CACHE.move_to_end(key)
     if tables is None:
         tables = host_tables(values).to(device, non_blocking=False)
         with _LOCK:
-            _HOST_CACHE[key] = tables
+            _HOST_CACHE[key] = (tables, values)
             while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
                 _HOST_CACHE.popitem(last=False)
     return GroupLayout(len(values), m_rows, tables, values)

@@ -35,7 +35,7 @@ from cutequant.codegen import module_name, render
 from cutequant.codegen.specs import KernelSpec
 
 _LOCK = threading.RLock()
-_MEMORY: dict[str, Callable[..., Any]] = {}
+_MEMORY: dict[KernelSpec, Callable[..., Any]] = {}
 _MODULES: dict[str, Any] = {}
 
 
@@ -209,7 +209,7 @@ def _export(compiled, spec: KernelSpec, obj_path: Path, meta_path: Path) -> bool
 
 def get_kernel(spec: KernelSpec, *, use_disk: bool | None = None) -> Callable[..., Any]:
     """Launcher for ``spec``: memory cache, then disk cache, then a fresh compile."""
-    key = spec.key()
+    key = spec  # frozen dataclass: hashable, equal iff every field (arch included) is equal
     fn = _MEMORY.get(key)
     if fn is not None:
         stats.memory_hits += 1
@@ -240,5 +240,9 @@ def get_kernel(spec: KernelSpec, *, use_disk: bool | None = None) -> Callable[..
 
 
 def clear_memory_cache() -> None:
+    """Forget compiled kernels (and their launchers): the next call loads or compiles again."""
+    from cutequant import _launch
+
     with _LOCK:
         _MEMORY.clear()
+        _launch._LAUNCHERS.clear()

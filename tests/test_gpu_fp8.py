@@ -24,6 +24,7 @@ def _same_f32(got, ref):
 
 
 def check_fp8(x, splits, *, device_splits=None, **opts):
+    opts.setdefault("fp8_dtype", torch.float8_e4m3fn)
     with poisoned_outputs():
         res = cutequant.fp8_group_quantize(
             x, device_splits if device_splits is not None else splits, **opts
