@@ -143,6 +143,7 @@ def nvfp4_bytes(splits, n_cols, rowwise=True, columnwise=True):
 
 
 def bench_nvfp4(case, gen, with_amax_pass, **opts):
+    """Time nvfp4_group_quantize; without the amax pass the amax is precomputed (kernel only)."""
     import cutequant
 
     n_cols, splits, xs = make_inputs(case, gen)
@@ -154,9 +155,28 @@ def bench_nvfp4(case, gen, with_amax_pass, **opts):
             lambda x=x, a=a: cutequant.nvfp4_group_quantize(x, splits, amax=a, **opts)
             for x, a in zip(xs, amaxes)
         ]
-    nbytes = nvfp4_bytes(splits, n_cols)
+    nbytes = nvfp4_bytes(
+        splits, n_cols, opts.get("rowwise", True), opts.get("columnwise", True)
+    )
     if with_amax_pass:
         nbytes += xs[0].numel() * 2  # the amax pass reads x once more
+    return _rotating(calls), nbytes
+
+
+def bench_fp8(case, gen, scaling, dtype=torch.bfloat16):
+    """fp8_group_quantize, rowwise + columnwise. "delayed" is the cast kernel alone (it also
+    records the amax); "current" adds the grouped amax pass (x read twice)."""
+    import cutequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    xs = [x.to(dtype) for x in xs]
+    scale = torch.full((len(splits),), 3.0, device="cuda")
+    opts = dict(scaling=scaling, scale=scale if scaling == "delayed" else None)
+    calls = [lambda x=x: cutequant.fp8_group_quantize(x, splits, **opts) for x in xs]
+    m = sum(splits)
+    nbytes = m * n_cols * (xs[0].element_size() + 2)
+    if scaling == "current":
+        nbytes += m * n_cols * xs[0].element_size()
     return _rotating(calls), nbytes
 
 
@@ -189,7 +209,11 @@ OPS = {
     "nvfp4_quantize_swizzled": lambda c, g: bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_quantize_fastmath": lambda c, g: bench_nvfp4(c, g, False, fast_math=True),
     "nvfp4_quantize+amax": lambda c, g: bench_nvfp4(c, g, True),
+    "nvfp4_rowwise_only": lambda c, g: bench_nvfp4(c, g, False, columnwise=False, rht=False),
+    "nvfp4_columnwise_only": lambda c, g: bench_nvfp4(c, g, False, rowwise=False),
     "nvfp4_torch_compile_ref": bench_torch_compile_reference,
+    "fp8_cast(delayed)": lambda c, g: bench_fp8(c, g, "delayed"),
+    "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
 }
 
 
