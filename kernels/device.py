@@ -34,6 +34,65 @@ def bits_f32(x: Uint32, *, loc=None, ip=None) -> Float32:
     return Float32(_asm(T.f32(), "mov.b32 $0, $1;", "=f,r", [Uint32(x).ir_value(loc=loc, ip=ip)]))
 
 
+@cute.jit
+def load_shared_v4(addr: Int32) -> list:
+    """Four 32-bit words from 16-byte-aligned shared address ``addr`` (one LDS.128)."""
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.smem, assumed_align=16), cute.make_layout(4)
+    ).load()
+    return [v[0], v[1], v[2], v[3]]
+
+
+@dsl_user_op
+def store_shared_v2(addr: Int32, words, *, loc=None, ip=None):
+    """Two 32-bit words to 8-byte-aligned shared address ``addr`` (one STS.64)."""
+    llvm.inline_asm(
+        None,
+        [Int32(addr).ir_value(loc=loc, ip=ip)] + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
+        "st.shared.v2.b32 [$0], {$1, $2};",
+        "r,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+@dsl_user_op
+def store_shared_v4(addr: Int32, words, *, loc=None, ip=None):
+    """Four 32-bit words to 16-byte-aligned shared address ``addr`` (one STS.128)."""
+    llvm.inline_asm(
+        None,
+        [Int32(addr).ir_value(loc=loc, ip=ip)] + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
+        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+@dsl_user_op
+def bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """Two fp32 -> packed bf16x2 (RNE): ``lo`` in bits 0-15."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "cvt.rn.bf16x2.f32 $0, $1, $2;",
+            "=r,f,f",
+            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
+def release_after_loads(pipe, state):
+    """Release a TMA pipeline stage that this thread read with ordinary shared loads.
+
+    The loads are generic-proxy accesses and the producer's next TMA write into the stage is an
+    async-proxy access: without a proxy fence between them the release can overtake the loads
+    and the TMA write races with them (seen as a few wrong bytes per run before this fence).
+    """
+    cute.arch.fence_proxy("async.shared", space="cta")
+    pipe.consumer_release(state)
+
+
 @dsl_user_op
 def bf16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
     """Per-half |max| of two packed bf16 pairs, NaN-propagating (sign bits are garbage)."""
