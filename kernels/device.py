@@ -44,6 +44,21 @@ def load_shared_v4(addr: Int32) -> list:
 
 
 @dsl_user_op
+def load_shared_u16(addr: Int32, *, loc=None, ip=None) -> Uint32:
+    """One zero-extended 16-bit word from shared address ``addr``."""
+    return Uint32(
+        llvm.inline_asm(
+            T.i32(),
+            [Int32(addr).ir_value(loc=loc, ip=ip)],
+            "{\n\t.reg .b16 h;\n\tld.shared.b16 h, [$1];\n\tcvt.u32.u16 $0, h;\n\t}",
+            "=r,r",
+            has_side_effects=True,
+            is_align_stack=False,
+        )
+    )
+
+
+@dsl_user_op
 def store_shared_v2(addr: Int32, words, *, loc=None, ip=None):
     """Two 32-bit words to 8-byte-aligned shared address ``addr`` (one STS.64)."""
     llvm.inline_asm(

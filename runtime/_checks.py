@@ -11,7 +11,9 @@ INT32_MAX = 2**31 - 1
 def check_x(
     x, *, dtypes: tuple[torch.dtype, ...] = (torch.bfloat16,), name: str = "x"
 ) -> tuple[int, int]:
-    """``x`` is a contiguous 2-D CUDA tensor [rows, N] of an allowed dtype, N % 16 == 0."""
+    """``x`` is a contiguous 2-D tensor [rows, N] of an allowed dtype with N % 16 == 0.
+    (Host-side checks only: the device comes last, in ``check_device``, so that every argument
+    error is reported the same way with or without a GPU.)"""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
@@ -19,18 +21,25 @@ def check_x(
     if x.dtype not in dtypes:
         allowed = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name}: dtype must be one of ({allowed}), got {x.dtype}")
-    if not x.is_cuda:
-        raise ValueError(f"{name}: must be a CUDA tensor, got device {x.device}")
     if not x.is_contiguous():
         raise ValueError(f"{name}: must be contiguous (row-major); call .contiguous() first")
     m, n = x.shape
     if n == 0 or n % 16:
         raise ValueError(f"{name}: N = x.shape[1] = {n} must be a positive multiple of 16")
-    if x.data_ptr() % 16:
-        raise ValueError(f"{name}: data pointer must be 16-byte aligned")
     if m * n > INT32_MAX * 16 or m > INT32_MAX // 2:
         raise ValueError(f"{name}: shape {tuple(x.shape)} is too large for 32-bit tile indexing")
     return m, n
+
+
+def check_device(x: torch.Tensor, name: str = "x") -> str:
+    """``x`` lives on a Hopper GPU with a 16-byte-aligned data pointer; returns the arch."""
+    from cutequant import _launch
+
+    if not x.is_cuda:
+        raise ValueError(f"{name}: must be a CUDA tensor, got device {x.device}")
+    if x.data_ptr() % 16:
+        raise ValueError(f"{name}: data pointer must be 16-byte aligned")
+    return _launch.device_arch(x.device)
 
 
 def check_flag(value, name: str) -> bool:

@@ -29,7 +29,8 @@ def group_amax(
     _checks.check_sign_mask(sign_mask)
     if rht and x.dtype != torch.bfloat16:
         raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
-    arch = _launch.device_arch(x.device)
+    groups.check_splits(splits, m_rows)
+    arch = _checks.check_device(x)
     amax = torch.zeros(2, _num_groups(splits), dtype=torch.float32, device=x.device)
     layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
     launch_group_amax(

@@ -97,6 +97,7 @@ def fp8_group_quantize(
     if not amax_epsilon >= 0.0:
         raise ValueError(f"amax_epsilon: must be >= 0, got {amax_epsilon}")
     num_groups = _num_groups(splits)
+    groups.check_splits(splits, m_rows)
     dev = x.device
     delayed = scaling == "delayed"
     if delayed:
@@ -104,14 +105,16 @@ def fp8_group_quantize(
             raise ValueError("scale: required with scaling='delayed' (fp32 [G] on x's device)")
         if not isinstance(scale, torch.Tensor):
             raise TypeError(f"scale: expected a tensor, got {type(scale).__name__}")
-        if scale.dtype != torch.float32 or scale.device != dev:
-            raise ValueError(f"scale: must be float32 on {dev}, got {scale.dtype} on {scale.device}")
+        if scale.dtype != torch.float32:
+            raise TypeError(f"scale: must be float32, got {scale.dtype}")
+        if scale.device != dev:
+            raise ValueError(f"scale: must be on x's device {dev}, got {scale.device}")
         if tuple(scale.shape) != (num_groups,):
             raise ValueError(f"scale: expected shape ({num_groups},), got {tuple(scale.shape)}")
         scale = scale.contiguous()
     elif scale is not None:
         raise ValueError("scale: only used with scaling='delayed'")
-    arch = _launch.device_arch(dev)
+    arch = _checks.check_device(x)
 
     amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)
     layout = groups.prepare_groups(splits, m_rows, dev, poison=amax)

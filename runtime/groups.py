@@ -76,6 +76,31 @@ class GroupLayout:
             )
 
 
+def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
+    """Validate host splits (returns them as ints) or the form of device splits (returns None).
+    Host-only work: called before anything touches the GPU."""
+    if isinstance(splits, torch.Tensor) and splits.is_cuda:
+        if splits.dim() != 1:
+            raise ValueError(f"splits: expected a 1-D tensor, got shape {tuple(splits.shape)}")
+        if splits.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"splits: a device tensor must be int32 or int64, got {splits.dtype}")
+        if splits.numel() == 0:
+            raise ValueError("splits: need at least one group")
+        return None
+    if isinstance(splits, (list, tuple)):
+        try:
+            hit = _HOST_CACHE.get((tuple(splits), m_rows, None))
+        except TypeError:
+            hit = None
+        if hit is not None:
+            return hit
+    values = _validate_host_splits(splits, m_rows)
+    if isinstance(splits, (list, tuple)):
+        with _LOCK:
+            _HOST_CACHE[(tuple(splits), m_rows, None)] = values
+    return values
+
+
 def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
     if isinstance(splits, torch.Tensor):
         if splits.dim() != 1:
@@ -157,14 +182,9 @@ def prepare_groups(
 def _device_groups(
     splits: torch.Tensor, m_rows: int, device: torch.device, poison: torch.Tensor | None
 ) -> GroupLayout:
+    check_splits(splits, m_rows)
     if splits.device != device:
         raise ValueError(f"splits: on {splits.device}, but x is on {device}")
-    if splits.dim() != 1:
-        raise ValueError(f"splits: expected a 1-D tensor, got shape {tuple(splits.shape)}")
-    if splits.dtype not in (torch.int32, torch.int64):
-        raise TypeError(f"splits: a device tensor must be int32 or int64, got {splits.dtype}")
-    if splits.numel() == 0:
-        raise ValueError("splits: need at least one group")
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = torch.cuda.current_stream(device)

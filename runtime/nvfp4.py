@@ -92,10 +92,10 @@ def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
         raise TypeError(f"amax: expected a [2, G] tensor or a pair of [G] tensors, got {type(amax).__name__}")
     if amax.dtype != torch.float32:
         raise TypeError(f"amax: must be float32, got {amax.dtype}")
-    if amax.device != device:
-        raise ValueError(f"amax: on {amax.device}, but x is on {device}")
     if tuple(amax.shape) != (2, num_groups):
         raise ValueError(f"amax: expected shape (2, {num_groups}), got {tuple(amax.shape)}")
+    if amax.device != device:
+        raise ValueError(f"amax: on {amax.device}, but x is on {device}")
     return amax.contiguous()
 
 
@@ -125,11 +125,13 @@ def nvfp4_group_quantize(
     if not (rowwise or columnwise):
         raise ValueError("rowwise and columnwise are both False: nothing to compute")
     _checks.check_sign_mask(sign_mask)
-    arch = _launch.device_arch(x.device)
     num_groups = _num_groups(splits)
+    groups.check_splits(splits, m_rows)
+    if amax is not None:
+        amax = _check_amax(amax, num_groups, x.device)
+    arch = _checks.check_device(x)
     dev = x.device
     if amax is not None:
-        amax = _check_amax(amax, num_groups, dev)
         poison = None
     else:
         amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)

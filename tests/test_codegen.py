@@ -1,0 +1,108 @@
+"""CPU: specs, rendering and cache keys."""
+
+import dataclasses
+import shutil
+import subprocess
+
+import pytest
+
+from cutequant import cli, jit
+from cutequant.codegen import module_name, render
+from cutequant.codegen import specs as S
+
+ALL = cli.all_specs()
+
+
+def test_variant_inventory():
+    families = {s.family for s in ALL}
+    assert families == {"group_tables", "group_amax", "nvfp4_quantize", "fp8_quantize"}
+    assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
+    assert sum(s.family == "nvfp4_quantize" for s in ALL) == 20
+    assert sum(s.family == "fp8_quantize" for s in ALL) == 36
+
+
+@pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())
+def test_rendered_module_is_plain_python(spec):
+    src = render(spec)
+    compile(src, module_name(spec), "exec")
+    assert "{%" not in src and "{{" not in src
+    assert src == render(spec), "rendering is not deterministic"
+    assert spec.describe() in src, "the module does not say which spec it is"
+
+
+def test_rendered_modules_are_lint_clean(tmp_path):
+    if shutil.which("ruff") is None:
+        pytest.skip("ruff not installed")
+    for spec in ALL:
+        (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
+    res = subprocess.run(
+        ["ruff", "check", "--select", "F,E9,B", "--no-cache", str(tmp_path)],
+        capture_output=True, text=True,
+    )
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def _perturbations(spec):
+    """Every single-field change of a spec (booleans flipped, enums cycled, plans changed)."""
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name == "arch":
+            continue
+        if isinstance(value, bool):
+            candidates = [not value]
+        elif f.name == "in_dtype":
+            candidates = [d for d in S.IN_DTYPES if d != value]
+        elif f.name == "fp8_dtype":
+            candidates = [d for d in S.FP8_DTYPES if d != value]
+        elif f.name == "plan":
+            candidates = [dataclasses.replace(value, stages=value.stages + 1)]
+        else:
+            raise AssertionError(f"no perturbation rule for field {f.name}")
+        for c in candidates:
+            try:
+                yield f.name, dataclasses.replace(spec, **{f.name: c})
+            except ValueError:
+                pass  # an invalid combination (e.g. RHT without columnwise)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [S.GroupAmaxSpec(), S.GroupTablesSpec(), S.Nvfp4QuantizeSpec(), S.Fp8QuantizeSpec()],
+    ids=lambda s: s.family,
+)
+def test_every_field_changes_the_keys(spec):
+    seen = 0
+    for name, other in _perturbations(spec):
+        seen += 1
+        assert other.key() != spec.key(), name
+        assert jit.entry_key(other) != jit.entry_key(spec), name
+        assert module_name(other) != module_name(spec), name
+    assert seen >= 1
+
+
+def test_runtime_values_are_not_in_the_key():
+    """Split sizes, offsets, M, N and the SM count are runtime arguments, never spec fields."""
+    banned = {"m", "n", "m_rows", "n_cols", "splits", "num_groups", "offsets", "sm_count"}
+    for spec in ALL:
+        assert not banned & {f.name for f in dataclasses.fields(spec)}
+
+
+def test_bad_specs_are_rejected():
+    with pytest.raises(ValueError, match="rowwise"):
+        S.Nvfp4QuantizeSpec(rowwise=False, columnwise=False)
+    with pytest.raises(ValueError, match="arch"):
+        S.GroupAmaxSpec(arch="sm_80")
+    with pytest.raises(ValueError, match="bf16"):
+        S.GroupAmaxSpec(rht=True, in_dtype="f32")
+    with pytest.raises(ValueError, match="fp8_dtype"):
+        S.Fp8QuantizeSpec(fp8_dtype="e3m4")
+
+
+def test_cli_show_kernel(capsys):
+    assert cli.main(["show-kernel", "nvfp4_quantize", "rht=false", "swizzled=true"]) == 0
+    out = capsys.readouterr().out
+    assert "Grouped NVFP4 quantize" in out and "rht=False" in out and "swizzled=True" in out
+    with pytest.raises(SystemExit):
+        cli.main(["show-kernel", "nvfp4_quantize", "bogus=1"])
+    assert cli.main(["list"]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == len(ALL)

@@ -1,0 +1,101 @@
+"""CPU: host split validation, lookup tables, offsets, disk-cache plumbing."""
+
+import json
+
+import pytest
+import torch
+
+from cutequant import groups, jit
+from cutequant.codegen import specs as S
+
+
+def test_host_tables_match_the_definition():
+    splits = (0, 16, 48, 64, 0, 272, 128)
+    t = groups.host_tables(splits)
+    rows, tiles, rscale, cscale = (t[i].tolist() for i in range(4))
+    acc = [0, 0, 0, 0]
+    for g, s in enumerate(splits):
+        assert rows[g] == acc[0] and tiles[g] == acc[1]
+        assert rscale[g] == acc[2] and cscale[g] == acc[3]
+        acc[0] += s
+        acc[1] += -(-s // 64)
+        acc[2] += -(-s // 128) * 128
+        acc[3] += -(-(s // 16) // 4) * 4
+    assert [rows[-1], tiles[-1], rscale[-1], cscale[-1]] == acc
+    assert t.dtype == torch.int32 and t.shape == (4, len(splits) + 1)
+
+
+@pytest.mark.parametrize(
+    "splits,m,match",
+    [
+        ([16, -16, 16], 16, "negative"),
+        ([16, 20], 36, "multiple of 16"),
+        ([16, 16], 48, "sum to 32"),
+        ([], 0, "at least one group"),
+        ([16.0], 16, "not an int"),
+        ([True], 16, "not an int"),
+        (torch.tensor([[16]]), 16, "1-D"),
+        (torch.tensor([16.0]), 16, "integer tensor"),
+        ("16", 16, "multiple of 16"),
+    ],
+)
+def test_bad_host_splits(splits, m, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        groups.check_splits(splits, m)
+
+
+def test_host_splits_are_cached_and_accept_tensors_and_tuples():
+    assert groups.check_splits([16, 0, 32], 48) == (16, 0, 32)
+    assert groups.check_splits((16, 0, 32), 48) == (16, 0, 32)
+    assert groups.check_splits(torch.tensor([16, 0, 32]), 48) == (16, 0, 32)
+    assert groups.check_splits([0, 0], 0) == (0, 0)
+
+
+def test_thousands_of_groups():
+    splits = [16 * (g % 5) for g in range(5000)]
+    t = groups.host_tables(tuple(splits))
+    assert int(t[0, -1]) == sum(splits)
+
+
+def test_cache_dir_and_disable_env(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(tmp_path / "c"))
+    assert jit.cache_dir() == tmp_path / "c"
+    monkeypatch.delenv("CUTEQUANT_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert jit.cache_dir() == tmp_path / "x" / "cutequant"
+    monkeypatch.setenv("CUTEQUANT_DISABLE_DISK_CACHE", "1")
+    assert not jit.disk_cache_enabled()
+    monkeypatch.setenv("CUTEQUANT_DISABLE_DISK_CACHE", "0")
+    assert jit.disk_cache_enabled()
+
+
+def test_entry_key_covers_dsl_version_and_sources(monkeypatch):
+    spec = S.GroupAmaxSpec()
+    key = jit.entry_key(spec)
+    monkeypatch.setattr(jit, "dsl_version", lambda: "9.9.9")
+    assert jit.entry_key(spec) != key
+    monkeypatch.undo()
+    monkeypatch.setattr(jit, "_FINGERPRINT", "0" * 64)
+    assert jit.entry_key(spec) != key
+    monkeypatch.undo()
+    assert jit.entry_key(spec) == key
+    assert jit.entry_key(S.GroupAmaxSpec(rht=False)) != key
+
+
+def test_corrupt_disk_entry_is_dropped(tmp_path):
+    bad = tmp_path / "broken.o"
+    bad.write_bytes(b"\x7fELF but not really")
+    with pytest.warns(UserWarning, match="dropping unreadable cache entry"):
+        assert jit._try_load(bad, "whatever") is None
+    assert not bad.exists()
+
+
+def test_rendered_source_is_written_atomically(monkeypatch, tmp_path):
+    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(tmp_path))
+    spec = S.GroupTablesSpec(splits_int64=True)
+    jit._MODULES.clear()
+    module = jit.load_module(spec)
+    files = list((tmp_path / "src").glob("*.py"))
+    assert len(files) == 1 and files[0].read_text() == module.__loader__.get_data(str(files[0])).decode()
+    assert not list((tmp_path / "src").glob(".*")), "temporary files left behind"
+    json.dumps(spec.fields())
