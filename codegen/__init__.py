@@ -10,4 +10,13 @@ from .specs import (
     TilePlan,
 )
 
-__all__ = ["Fp8QuantizeSpec", "GroupAmaxSpec", "GroupTablesSpec", "Nvfp4QuantizeSpec", "KernelSpec", "TilePlan", "module_name", "render"]
+__all__ = [
+    "Fp8QuantizeSpec",
+    "GroupAmaxSpec",
+    "GroupTablesSpec",
+    "Nvfp4QuantizeSpec",
+    "KernelSpec",
+    "TilePlan",
+    "module_name",
+    "render",
+]

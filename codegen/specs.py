@@ -79,7 +79,8 @@ class KernelSpec:
 
 @dataclass(frozen=True)
 class GroupAmaxSpec(KernelSpec):
-    """Grouped amax, optionally of the 16x16 RHT along tokens (TE's group_hadamard_transform_amax)."""
+    """Grouped amax, optionally of the 16x16 RHT along tokens
+    (TE's nvte_group_hadamard_transform_amax)."""
 
     template: ClassVar[str] = "group_amax.py.j2"
     family: ClassVar[str] = "group_amax"

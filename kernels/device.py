@@ -63,7 +63,8 @@ def store_shared_v2(addr: Int32, words, *, loc=None, ip=None):
     """Two 32-bit words to 8-byte-aligned shared address ``addr`` (one STS.64)."""
     llvm.inline_asm(
         None,
-        [Int32(addr).ir_value(loc=loc, ip=ip)] + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
+        [Int32(addr).ir_value(loc=loc, ip=ip)]
+        + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
         "st.shared.v2.b32 [$0], {$1, $2};",
         "r,r,r",
         has_side_effects=True,
@@ -76,7 +77,8 @@ def store_shared_v4(addr: Int32, words, *, loc=None, ip=None):
     """Four 32-bit words to 16-byte-aligned shared address ``addr`` (one STS.128)."""
     llvm.inline_asm(
         None,
-        [Int32(addr).ir_value(loc=loc, ip=ip)] + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
+        [Int32(addr).ir_value(loc=loc, ip=ip)]
+        + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
         "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
         "r,r,r,r,r",
         has_side_effects=True,
@@ -227,7 +229,8 @@ def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     return Uint32(
         _asm(
             T.i32(),
-            "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+            "{\n\t.reg .b16 h;\n\t"
+            "cvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
             "=r,f,f",
             [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
         )
@@ -240,7 +243,8 @@ def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     return Uint32(
         _asm(
             T.i32(),
-            "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+            "{\n\t.reg .b16 h;\n\t"
+            "cvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
             "=r,f,f",
             [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
         )
@@ -416,7 +420,8 @@ def quad_transpose_u16(p0: Uint32, p1: Uint32, quad: Int32):
 def _store(ptx: str, constraints: str, addr: Int64, values, loc=None, ip=None):
     llvm.inline_asm(
         None,
-        [Int64(addr).ir_value(loc=loc, ip=ip)] + [Uint32(v).ir_value(loc=loc, ip=ip) for v in values],
+        [Int64(addr).ir_value(loc=loc, ip=ip)]
+        + [Uint32(v).ir_value(loc=loc, ip=ip) for v in values],
         ptx,
         constraints,
         has_side_effects=True,
@@ -443,7 +448,14 @@ def st_global_b32(addr: Int64, a: Uint32, *, loc=None, ip=None):
 
 @dsl_user_op
 def st_global_b16(addr: Int64, a: Uint32, *, loc=None, ip=None):
-    _store("{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b16 [$0], h;\n\t}", "l,r", addr, (a,), loc, ip)
+    _store(
+        "{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b16 [$0], h;\n\t}",
+        "l,r",
+        addr,
+        (a,),
+        loc,
+        ip,
+    )
 
 
 def swizzled_scale_offset(r, c, num_cols_div4):

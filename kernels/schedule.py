@@ -90,10 +90,19 @@ def produce_tiles(
             cute.domain_offset((0, row0), tma_x), (tile_cols, TILE_ROWS), (col_tile, 0)
         )
         t_smem, t_gmem = cpasync.tma_partition(
-            tma_atom, 0, cute.make_layout(1), cute.group_modes(sx, 0, 2), cute.group_modes(g_tile, 0, 2)
+            tma_atom,
+            0,
+            cute.make_layout(1),
+            cute.group_modes(sx, 0, 2),
+            cute.group_modes(g_tile, 0, 2),
         )
         pipe.producer_acquire(state)
-        cute.copy(tma_atom, t_gmem, t_smem[(None, state.index)], tma_bar_ptr=pipe.producer_get_barrier(state))
+        cute.copy(
+            tma_atom,
+            t_gmem,
+            t_smem[(None, state.index)],
+            tma_bar_ptr=pipe.producer_get_barrier(state),
+        )
         pipe.producer_commit(state)
         state.advance()
         col_tile += 1

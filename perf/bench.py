@@ -136,9 +136,13 @@ def nvfp4_bytes(splits, n_cols, rowwise=True, columnwise=True):
     m = sum(splits)
     total = 2 * m * n_cols
     if rowwise:
-        total += m * n_cols // 2 + sum(-(-s // 128) * 128 for s in splits) * (-(-(n_cols // 16) // 4) * 4)
+        total += m * n_cols // 2 + sum(-(-s // 128) * 128 for s in splits) * (
+            -(-(n_cols // 16) // 4) * 4
+        )
     if columnwise:
-        total += m * n_cols // 2 + (-(-n_cols // 128) * 128) * sum(-(-(s // 16) // 4) * 4 for s in splits)
+        total += m * n_cols // 2 + (-(-n_cols // 128) * 128) * sum(
+            -(-(s // 16) // 4) * 4 for s in splits
+        )
     return total
 
 
@@ -153,11 +157,9 @@ def bench_nvfp4(case, gen, with_amax_pass, **opts):
         amaxes = [torch.stack(cutequant.group_amax(x, splits)) for x in xs]
         calls = [
             lambda x=x, a=a: cutequant.nvfp4_group_quantize(x, splits, amax=a, **opts)
-            for x, a in zip(xs, amaxes)
+            for x, a in zip(xs, amaxes, strict=True)
         ]
-    nbytes = nvfp4_bytes(
-        splits, n_cols, opts.get("rowwise", True), opts.get("columnwise", True)
-    )
+    nbytes = nvfp4_bytes(splits, n_cols, opts.get("rowwise", True), opts.get("columnwise", True))
     if with_amax_pass:
         nbytes += xs[0].numel() * 2  # the amax pass reads x once more
     return _rotating(calls), nbytes
@@ -238,16 +240,25 @@ def main(argv=None) -> int:
             host = host_time_us(fn)
             gbps = nbytes / us / 1e3
             results.append(Result(op, case, us, gbps, 100 * gbps / copy, host, nbytes))
-            print(f"  {op:28s} {case:24s} {us:9.1f} us {gbps:7.0f} GB/s {100 * gbps / copy:5.1f}%"
-                  f"  host {host:6.1f} us", flush=True)
+            print(
+                f"  {op:28s} {case:24s} {us:9.1f} us {gbps:7.0f} GB/s {100 * gbps / copy:5.1f}%"
+                f"  host {host:6.1f} us",
+                flush=True,
+            )
     print(f"\n| op | case | us | GB/s | % of copy ({copy:.0f} GB/s) | host us |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r.op} | {r.case} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} | {r.host_us:.1f} |")
+        print(
+            f"| {r.op} | {r.case} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} "
+            f"| {r.host_us:.1f} |"
+        )
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"device": dev, "copy_gbps": copy, "results": [asdict(r) for r in results]},
-                      f, indent=1)
+            json.dump(
+                {"device": dev, "copy_gbps": copy, "results": [asdict(r) for r in results]},
+                f,
+                indent=1,
+            )
     return 0
 
 

@@ -16,6 +16,18 @@ for n_cols in (16, 128):
     got = res.group(0)
     print("N", n_cols, "amax", got["amax_row"].item(), ref["amax_row"].item())
     for r in (0, 1, 2, 9):
-        print(" row", r, "got", got["row_data"][r, :8].tolist(), "ref", ref["row_data"][r, :8].tolist())
-        print("   scales got", got["row_scales"][r, :4].tolist(), "ref", ref["row_scales"][r, :4].tolist())
+        print(
+            " row",
+            r,
+            "got",
+            got["row_data"][r, :8].tolist(),
+            "ref",
+            ref["row_data"][r, :8].tolist(),
+        )
+        print(
+            "   scales got",
+            got["row_scales"][r, :4].tolist(),
+            "ref",
+            ref["row_scales"][r, :4].tolist(),
+        )
     print(" x row1", x[1, :16].float().tolist())

@@ -56,8 +56,12 @@ def main(argv=None) -> int:
         cubin_bytes = compiled.artifacts.CUBIN  # the cubin itself (bytes)
         (d / "kernel.cubin").write_bytes(cubin_bytes)
         for cubin in d.glob("*.cubin"):
-            sass = subprocess.run(["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True).stdout
-            res = subprocess.run(["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True).stdout
+            sass = subprocess.run(
+                ["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True
+            ).stdout
+            res = subprocess.run(
+                ["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True
+            ).stdout
             counts = collections.Counter()
             for name, pat in PATTERNS.items():
                 counts[name] = len(re.findall(pat, sass))

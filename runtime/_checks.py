@@ -17,7 +17,9 @@ def check_x(
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
-        raise ValueError(f"{name}: expected a 2-D [sum(splits), N] tensor, got shape {tuple(x.shape)}")
+        raise ValueError(
+            f"{name}: expected a 2-D [sum(splits), N] tensor, got shape {tuple(x.shape)}"
+        )
     if x.dtype not in dtypes:
         allowed = ", ".join(str(d) for d in dtypes)
         raise TypeError(f"{name}: dtype must be one of ({allowed}), got {x.dtype}")

@@ -32,7 +32,7 @@ def _cutlass_dtype(dtype: torch.dtype):
     return _DTYPES[dtype]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _arch_of(index: int) -> str:
     major, minor = torch.cuda.get_device_capability(index)
     if major != 9:
@@ -46,7 +46,7 @@ def device_arch(device: torch.device) -> str:
     return _arch_of(device.index if device.index is not None else torch.cuda.current_device())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sm_count(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
@@ -126,7 +126,7 @@ class _Launcher:
             if not self.slots:  # first call, or a signature the fast path does not cover
                 return self._slow(args, stream)
             slots = self.slots
-            for slot, a in zip(slots, args):
+            for slot, a in zip(slots[:-1], args, strict=True):
                 slot.value = a.addr if isinstance(a, DevPtr) else a
             slots[-1].value = stream.cuda_stream
             self.fn.run_compiled_program(self.exe_args)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from cutequant import _checks, _launch, groups
@@ -52,6 +54,11 @@ def _num_groups(splits) -> int:
         ) from exc
 
 
+@functools.cache
+def _spec(arch: str, rht: bool, in_dtype: str) -> GroupAmaxSpec:
+    return GroupAmaxSpec(arch=arch, rht=rht, in_dtype=in_dtype)
+
+
 def launch_group_amax(
     x: torch.Tensor,
     layout: groups.GroupLayout,
@@ -67,7 +74,7 @@ def launch_group_amax(
     if m_rows == 0:
         return
     _launch.run(
-        GroupAmaxSpec(arch=arch, rht=rht, in_dtype=in_dtype),
+        _spec(arch, rht, in_dtype),
         _launch.ptr(x),
         m_rows,
         n_cols,

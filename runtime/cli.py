@@ -1,10 +1,10 @@
 """``cutequant`` command line: inspect rendered kernels, precompile the cache, show cache state.
 
-    cutequant list                              every kernel variant (family + switches)
-    cutequant show-kernel group_amax rht=false  print the rendered CuTe DSL module of a spec
-    cutequant precompile [--family F] [--jobs N]
-                                                compile every variant into the disk cache
-    cutequant cache-info                        cache directory, entries, key ingredients
+cutequant list                              every kernel variant (family + switches)
+cutequant show-kernel group_amax rht=false  print the rendered CuTe DSL module of a spec
+cutequant precompile [--family F] [--jobs N]
+                                            compile every variant into the disk cache
+cutequant cache-info                        cache directory, entries, key ingredients
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from cutequant.codegen import specs as S
 def _variants(cls, arch: str, **choices):
     names = list(choices)
     for values in itertools.product(*(choices[n] for n in names)):
-        yield cls(arch=arch, **dict(zip(names, values)))
+        yield cls(arch=arch, **dict(zip(names, values, strict=True)))
 
 
 def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
@@ -98,8 +98,9 @@ def _compile_one(key_and_spec):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="cutequant", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="cutequant", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("list")
     show = sub.add_parser("show-kernel")

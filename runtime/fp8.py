@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -60,6 +61,18 @@ class Fp8GroupedTensor:
         return [self.group(g) for g in range(self.num_groups)]
 
 
+@functools.cache
+def _spec(arch, in_dtype, fp8_dtype, delayed, rowwise, columnwise) -> Fp8QuantizeSpec:
+    return Fp8QuantizeSpec(
+        arch=arch,
+        in_dtype=in_dtype,
+        fp8_dtype=fp8_dtype,
+        delayed=delayed,
+        rowwise=rowwise,
+        columnwise=columnwise,
+    )
+
+
 def fp8_group_quantize(
     x: torch.Tensor,
     splits,
@@ -87,8 +100,11 @@ def fp8_group_quantize(
         )
     if scaling not in ("current", "delayed"):
         raise ValueError(f"scaling: must be 'current' or 'delayed', got {scaling!r}")
-    for name, flag in (("rowwise", rowwise), ("columnwise", columnwise),
-                       ("force_pow2_scales", force_pow2_scales)):
+    for name, flag in (
+        ("rowwise", rowwise),
+        ("columnwise", columnwise),
+        ("force_pow2_scales", force_pow2_scales),
+    ):
         _checks.check_flag(flag, name)
     if not (rowwise or columnwise):
         raise ValueError("rowwise and columnwise are both False: nothing to compute")
@@ -127,14 +143,7 @@ def fp8_group_quantize(
         launch_group_amax(x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype)
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
-        spec = Fp8QuantizeSpec(
-            arch=arch,
-            in_dtype=in_dtype,
-            fp8_dtype=_FP8_DTYPES[fp8_dtype],
-            delayed=delayed,
-            rowwise=rowwise,
-            columnwise=columnwise,
-        )
+        spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
         _launch.run(
             spec,
             _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),

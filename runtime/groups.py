@@ -190,7 +190,9 @@ def _device_groups(
     stream = torch.cuda.current_stream(device)
     buf, status = _workspace(device, stream.cuda_stream, num_groups)
     tables = buf[: 4 * (num_groups + 1)].view(4, num_groups + 1)
-    spec = GroupTablesSpec(arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64)
+    spec = GroupTablesSpec(
+        arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
+    )
     _launch.run(
         spec,
         _launch.ptr(splits, splits.element_size()),

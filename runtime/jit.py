@@ -27,9 +27,10 @@ import sys
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from cutequant.codegen import module_name, render
 from cutequant.codegen.specs import KernelSpec

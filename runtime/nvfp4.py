@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -80,16 +81,30 @@ class Nvfp4GroupedTensor:
         return [self.group(g) for g in range(self.num_groups)]
 
 
+@functools.cache
+def _spec(arch, rowwise, columnwise, rht, swizzled, fast_math) -> Nvfp4QuantizeSpec:
+    return Nvfp4QuantizeSpec(
+        arch=arch,
+        rowwise=rowwise,
+        columnwise=columnwise,
+        rht=rht,
+        swizzled=swizzled,
+        fast_math=fast_math,
+    )
+
+
 def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
     if isinstance(amax, (tuple, list)):
         if len(amax) != 2:
             raise ValueError("amax: expected (amax_row, amax_col) or a [2, G] tensor")
-        for name, t in zip(("amax[0]", "amax[1]"), amax):
+        for name, t in zip(("amax[0]", "amax[1]"), amax, strict=True):
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
         amax = torch.stack([amax[0].reshape(-1), amax[1].reshape(-1)])
     if not isinstance(amax, torch.Tensor):
-        raise TypeError(f"amax: expected a [2, G] tensor or a pair of [G] tensors, got {type(amax).__name__}")
+        raise TypeError(
+            f"amax: expected a [2, G] tensor or a pair of [G] tensors, got {type(amax).__name__}"
+        )
     if amax.dtype != torch.float32:
         raise TypeError(f"amax: must be float32, got {amax.dtype}")
     if tuple(amax.shape) != (2, num_groups):
@@ -119,8 +134,13 @@ def nvfp4_group_quantize(
     ``fast_math``: TE's fast-math (rcp.approx reciprocal, no bf16 rounding of the RHT output).
     """
     m_rows, n_cols = _checks.check_x(x)
-    for name, flag in (("rowwise", rowwise), ("columnwise", columnwise), ("rht", rht),
-                       ("swizzled_scales", swizzled_scales), ("fast_math", fast_math)):
+    for name, flag in (
+        ("rowwise", rowwise),
+        ("columnwise", columnwise),
+        ("rht", rht),
+        ("swizzled_scales", swizzled_scales),
+        ("fast_math", fast_math),
+    ):
         _checks.check_flag(flag, name)
     if not (rowwise or columnwise):
         raise ValueError("rowwise and columnwise are both False: nothing to compute")
@@ -157,14 +177,7 @@ def nvfp4_group_quantize(
     if poison is not None:
         launch_group_amax(x, layout, amax, rht=rht and columnwise, sign_mask=sign_mask, arch=arch)
     if m_rows > 0:
-        spec = Nvfp4QuantizeSpec(
-            arch=arch,
-            rowwise=rowwise,
-            columnwise=columnwise,
-            rht=rht and columnwise,
-            swizzled=swizzled_scales,
-            fast_math=fast_math,
-        )
+        spec = _spec(arch, rowwise, columnwise, rht and columnwise, swizzled_scales, fast_math)
         dummy = groups.dummy_buffer(dev)  # pointer for disabled outputs (never written)
         _launch.run(
             spec,

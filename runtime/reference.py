@@ -30,15 +30,34 @@ from collections.abc import Callable, Sequence
 import torch
 
 __all__ = [
-    "DEFAULT_SIGN_MASK", "E4M3_MAX", "E5M2_MAX", "FLT_MAX", "FP4_MAX",
-    "rht_matrix", "rht_along_tokens", "inverse_rht_along_tokens",
-    "global_encode_scale", "global_decode_scale",
-    "e4m3_rne_satfinite", "e4m3_to_float", "e2m1_encode", "e2m1_decode",
-    "pack_fp4", "unpack_fp4",
-    "nvfp4_quantize_rows", "nvfp4_dequantize",
-    "swizzle_offset", "swizzle_scales", "unswizzle_scales",
-    "group_amax", "nvfp4_group_quantize",
-    "fp8_max", "fp8_scale_from_amax", "fp8_cast", "fp8_group_quantize", "fp8_dequantize",
+    "DEFAULT_SIGN_MASK",
+    "E4M3_MAX",
+    "E5M2_MAX",
+    "FLT_MAX",
+    "FP4_MAX",
+    "rht_matrix",
+    "rht_along_tokens",
+    "inverse_rht_along_tokens",
+    "global_encode_scale",
+    "global_decode_scale",
+    "e4m3_rne_satfinite",
+    "e4m3_to_float",
+    "e2m1_encode",
+    "e2m1_decode",
+    "pack_fp4",
+    "unpack_fp4",
+    "nvfp4_quantize_rows",
+    "nvfp4_dequantize",
+    "swizzle_offset",
+    "swizzle_scales",
+    "unswizzle_scales",
+    "group_amax",
+    "nvfp4_group_quantize",
+    "fp8_max",
+    "fp8_scale_from_amax",
+    "fp8_cast",
+    "fp8_group_quantize",
+    "fp8_dequantize",
 ]
 
 FP4_MAX = 6.0
@@ -69,6 +88,7 @@ def _scalar_amax(amax, device) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # §3.1 / §3.2  Random Hadamard Transform
 # --------------------------------------------------------------------------------------------
+
 
 def _sign_matrix(sign_mask: int, device) -> torch.Tensor:
     """float64 [16,16] of ±1: diag(s) @ H16 (Sylvester order), i.e. 4 * rht_matrix."""
@@ -105,11 +125,13 @@ def _exact_rht_sum_to_f64(xb: torch.Tensor, sgn: torch.Tensor) -> torch.Tensor:
     bit was lost ("round to odd", 53 >= 24 + 2 bits), so one later RNE cast to fp32 equals RNE
     of the exact sum (double-rounding free).  An exactly zero sum returns +0.0.
     """
-    u = xb * (2.0 ** _EXP_SHIFT)  # integer-valued, exact
+    u = xb * (2.0**_EXP_SHIFT)  # integer-valued, exact
     a = u.abs()
     # trunc_k = |u| with the bits below 2^(48k) cleared (exact); band k = trunc_k - trunc_{k+1}
-    trunc = [torch.trunc(a / 2.0 ** (_BAND_BITS * k)) * 2.0 ** (_BAND_BITS * k)
-             for k in range(_NUM_BANDS)] + [torch.zeros_like(a)]
+    trunc = [
+        torch.trunc(a / 2.0 ** (_BAND_BITS * k)) * 2.0 ** (_BAND_BITS * k)
+        for k in range(_NUM_BANDS)
+    ] + [torch.zeros_like(a)]
     band = torch.stack([trunc[k] - trunc[k + 1] for k in range(_NUM_BANDS)]) * torch.sign(u)
     bs = list(torch.matmul(band, sgn).unbind(0))  # exact: 52-bit integers per band unit
     for k in range(_NUM_BANDS - 1):  # carry so that |bs[k]| < 2^(48(k+1))
@@ -138,7 +160,7 @@ def _exact_rht_sum_to_f64(xb: torch.Tensor, sgn: torch.Tensor) -> torch.Tensor:
     even = (z.view(torch.int64) & 1) == 0
     z = torch.where((direction != 0) & even, torch.nextafter(z, direction * float("inf")), z)
     z = torch.where(top < 0, torch.zeros_like(z), z)
-    return z * (2.0 ** -_EXP_SHIFT)
+    return z * (2.0**-_EXP_SHIFT)
 
 
 def rht_along_tokens(
@@ -165,12 +187,12 @@ def rht_along_tokens(
         sgn = _sign_matrix(sign_mask, x.device)
         cols = max(1, _CHUNK_ELEMS // m)
         for c0 in range(0, n, cols):
-            xb = x[:, c0:c0 + cols].to(torch.float64).t().reshape(-1, m // 16, 16)
+            xb = x[:, c0 : c0 + cols].to(torch.float64).t().reshape(-1, m // 16, 16)
             plain = torch.matmul(xb, sgn * 0.25)  # IEEE inf/NaN semantics, never overflows
             finite = torch.isfinite(plain)
             exact = _exact_rht_sum_to_f64(torch.where(torch.isfinite(xb), xb, 0.0), sgn)
             y = torch.where(finite, exact * 0.25, plain)
-            out[c0:c0 + cols] = y.reshape(-1, m).to(_F32)
+            out[c0 : c0 + cols] = y.reshape(-1, m).to(_F32)
     return out.to(torch.bfloat16) if round_to_bf16 else out
 
 
@@ -189,6 +211,7 @@ def inverse_rht_along_tokens(y_t: torch.Tensor, sign_mask: int = DEFAULT_SIGN_MA
 # --------------------------------------------------------------------------------------------
 # §1.1 global scale, §1.2 / §1.3 element formats
 # --------------------------------------------------------------------------------------------
+
 
 def global_encode_scale(amax: torch.Tensor) -> torch.Tensor:
     """§1.1 (core kernels): ``S = f32(2688 / amax)``; ``S = fminf(S, FLT_MAX)``; ``S = 1`` where
@@ -222,10 +245,33 @@ def e4m3_to_float(codes: torch.Tensor) -> torch.Tensor:
 
 # (midpoint, round up on an exact tie?): ties go to the even code (0.25->0, 0.75->1.0,
 # 1.25->1.0, 1.75->2.0, 2.5->2.0, 3.5->4.0, 5.0->4.0).
-_E2M1_MIDPOINTS = ((0.25, False), (0.75, True), (1.25, False), (1.75, True),
-                   (2.5, False), (3.5, True), (5.0, False))
-_E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
-                -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+_E2M1_MIDPOINTS = (
+    (0.25, False),
+    (0.75, True),
+    (1.25, False),
+    (1.75, True),
+    (2.5, False),
+    (3.5, True),
+    (5.0, False),
+)
+_E2M1_VALUES = (
+    0.0,
+    0.5,
+    1.0,
+    1.5,
+    2.0,
+    3.0,
+    4.0,
+    6.0,
+    -0.0,
+    -0.5,
+    -1.0,
+    -1.5,
+    -2.0,
+    -3.0,
+    -4.0,
+    -6.0,
+)
 
 
 def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
@@ -267,6 +313,7 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------------
 # §1.2 / §1.3 / §1.5 / checklist 9: 1D NVFP4 quantization
 # --------------------------------------------------------------------------------------------
+
 
 def _exact_reciprocal(t: torch.Tensor) -> torch.Tensor:
     return _f32(1.0, t.device) / t
@@ -354,6 +401,7 @@ def nvfp4_dequantize(
 # §4 GEMM-swizzled scale layout
 # --------------------------------------------------------------------------------------------
 
+
 def swizzle_offset(r: int, c: int, num_cols: int) -> int:
     """§4: byte offset of compact scale ``[r, c]`` in the 128x4-atom swizzled layout;
     ``num_cols`` = compact scale columns before padding (C/16 rowwise, M/16 columnwise)."""
@@ -385,13 +433,14 @@ def unswizzle_scales(flat: torch.Tensor, rp: int, cp: int) -> torch.Tensor:
 # §3.3 / §5 grouped (split) NVFP4
 # --------------------------------------------------------------------------------------------
 
+
 def _split_rows(x: torch.Tensor, splits: Sequence[int]) -> list[torch.Tensor]:
     splits = [int(s) for s in splits]
     if any(s < 0 for s in splits) or sum(splits) != x.shape[0]:
         raise ValueError(f"splits {splits} do not partition {x.shape[0]} rows")
     out, off = [], 0
     for s in splits:
-        out.append(x[off:off + s])
+        out.append(x[off : off + s])
         off += s
     return out
 
@@ -469,15 +518,17 @@ def nvfp4_group_quantize(
     for g, xg in enumerate(groups):
         res = {"amax_row": amax_row[g].clone(), "amax_col": amax_col[g].clone()}
         if rowwise:
-            res["row_data"], res["row_scales"] = finish(*nvfp4_quantize_rows(
-                xg, amax_row[g], fast_math=fast_math, reciprocal=reciprocal))
+            res["row_data"], res["row_scales"] = finish(
+                *nvfp4_quantize_rows(xg, amax_row[g], fast_math=fast_math, reciprocal=reciprocal)
+            )
         if columnwise:
             if rht:
                 cin = rht_along_tokens(xg, sign_mask, round_to_bf16=not fast_math)
             else:
                 cin = xg.t().contiguous()
-            res["col_data"], res["col_scales"] = finish(*nvfp4_quantize_rows(
-                cin, amax_col[g], fast_math=fast_math, reciprocal=reciprocal))
+            res["col_data"], res["col_scales"] = finish(
+                *nvfp4_quantize_rows(cin, amax_col[g], fast_math=fast_math, reciprocal=reciprocal)
+            )
         out.append(res)
     return out
 
@@ -485,6 +536,7 @@ def nvfp4_group_quantize(
 # --------------------------------------------------------------------------------------------
 # §6 FP8 per-tensor scaling
 # --------------------------------------------------------------------------------------------
+
 
 def fp8_max(dtype: torch.dtype) -> float:
     """§6: largest finite value of the FP8 format (448 for E4M3, 57344 for E5M2)."""
@@ -514,8 +566,9 @@ def fp8_scale_from_amax(
     scale = torch.where(torch.isinf(scale), _f32(FLT_MAX, dev), scale)
     scale = torch.where(bad, torch.ones_like(scale), scale)
     if force_pow2:
-        bits = scale.view(torch.int32) & torch.tensor(0xFF800000 - (1 << 32), dtype=torch.int32,
-                                                      device=dev)
+        bits = scale.view(torch.int32) & torch.tensor(
+            0xFF800000 - (1 << 32), dtype=torch.int32, device=dev
+        )
         scale = bits.view(_F32)
     return scale, _f32(1.0, dev) / scale
 
@@ -561,8 +614,9 @@ def fp8_group_quantize(
     for g, xg in enumerate(groups):
         amax = _abs_max(xg)
         if scaling == "current":
-            s, s_inv = fp8_scale_from_amax(amax, fp8_dtype, epsilon=amax_epsilon,
-                                           force_pow2=force_pow2_scales)
+            s, s_inv = fp8_scale_from_amax(
+                amax, fp8_dtype, epsilon=amax_epsilon, force_pow2=force_pow2_scales
+            )
         else:
             s = scale[g].clone()
             s_inv = _f32(1.0, x.device) / s

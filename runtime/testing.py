@@ -38,7 +38,7 @@ def random_splits(
         units = (w / w.sum() * (total_rows // multiple)).floor().long()
         units[torch.argmax(w)] += total_rows // multiple - int(units.sum())
     out = [0] * num_groups
-    for g, u in zip(live, units.tolist()):
+    for g, u in zip(live, units.tolist(), strict=True):
         out[g] = int(u) * multiple
     return out
 
@@ -47,7 +47,9 @@ def grouped_input(splits, n_cols: int, gen: torch.Generator, device="cuda") -> t
     """bf16 [sum(splits), N]: normal data with a different scale per group plus rare outliers,
     so per-group amaxes differ and blocks span many binades."""
     m = sum(splits)
-    g_cuda = torch.Generator(device=device).manual_seed(int(torch.randint(0, 2**62, (1,), generator=gen)))
+    g_cuda = torch.Generator(device=device).manual_seed(
+        int(torch.randint(0, 2**62, (1,), generator=gen))
+    )
     x = torch.randn(m, n_cols, device=device, generator=g_cuda)
     scales = torch.exp2(torch.randint(-8, 8, (max(len(splits), 1),), generator=gen).float())
     row_scale = torch.repeat_interleave(scales[: len(splits)], torch.tensor(splits)).to(device)

@@ -37,7 +37,8 @@ def test_rendered_modules_are_lint_clean(tmp_path):
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(
         ["ruff", "check", "--select", "F,E9,B", "--no-cache", str(tmp_path)],
-        capture_output=True, text=True,
+        capture_output=True,
+        text=True,
     )
     assert res.returncode == 0, res.stdout + res.stderr
 

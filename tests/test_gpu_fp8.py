@@ -31,7 +31,7 @@ def check_fp8(x, splits, *, device_splits=None, **opts):
         )
     torch.cuda.synchronize()
     ref = reference.fp8_group_quantize(x, splits, **opts)
-    for g, (got, want) in enumerate(zip(res.groups(), ref)):
+    for g, (got, want) in enumerate(zip(res.groups(), ref, strict=True)):
         for key in ("scale", "scale_inv", "amax"):
             assert _same_f32(got[key], want[key]), (g, key, got[key], want[key])
         for key in ("row_data", "col_data"):
@@ -86,8 +86,9 @@ def test_scale_options_and_special_values(rng):
     for pow2 in (False, True):
         for eps in (0.0, 1e-3, 1e4):
             check_fp8(x, splits, amax_epsilon=eps, force_pow2_scales=pow2)
-            check_fp8(x, splits, fp8_dtype=torch.float8_e5m2, amax_epsilon=eps,
-                      force_pow2_scales=pow2)
+            check_fp8(
+                x, splits, fp8_dtype=torch.float8_e5m2, amax_epsilon=eps, force_pow2_scales=pow2
+            )
     check_fp8(x, splits, scaling="delayed", scale=torch.tensor([1.0, 1e-30, 3.0, 1e30]).cuda())
 
 

@@ -44,7 +44,7 @@ def check_quantize(x, splits, *, device_splits=None, amax=None, **opts):
     recip = rcp_approx_ftz if opts.get("fast_math") else None
     ref = reference.nvfp4_group_quantize(x, splits, amax=amax, reciprocal=recip, **opts)
     assert res.splits == tuple(splits)
-    for g, (got, want) in enumerate(zip(res.groups(), ref)):
+    for g, (got, want) in enumerate(zip(res.groups(), ref, strict=True)):
         assert _same_f32(got["amax_row"], want["amax_row"]), (g, got["amax_row"], want["amax_row"])
         assert _same_f32(got["amax_col"], want["amax_col"]), (g, got["amax_col"], want["amax_col"])
         for key in ("row_data", "row_scales", "col_data", "col_scales"):
@@ -71,7 +71,9 @@ def test_every_variant(opts, rng):
     check_quantize(x, splits, **opts)
 
 
-@pytest.mark.parametrize("shape", [(128, 128), (256, 272), (8192, 5120), (16384, 7168), (65536, 2048)])
+@pytest.mark.parametrize(
+    "shape", [(128, 128), (256, 272), (8192, 5120), (16384, 7168), (65536, 2048)]
+)
 @pytest.mark.parametrize("swizzled", [False, True])
 def test_dense_shapes(shape, swizzled, rng):
     m, n = shape
@@ -81,8 +83,13 @@ def test_dense_shapes(shape, swizzled, rng):
 
 @pytest.mark.parametrize(
     "groups,zero_at,n_cols",
-    [(1, (), 2048), (8, ("front",), 5120), (64, ("front", "middle", "end"), 2048),
-     (300, ("middle", "end"), 1024), (8, ("all",), 512)],
+    [
+        (1, (), 2048),
+        (8, ("front",), 5120),
+        (64, ("front", "middle", "end"), 2048),
+        (300, ("middle", "end"), 1024),
+        (8, ("all",), 512),
+    ],
 )
 def test_grouped(groups, zero_at, n_cols, rng):
     splits = random_splits(groups, None, rng, zero_at=zero_at)

@@ -96,6 +96,9 @@ def test_rendered_source_is_written_atomically(monkeypatch, tmp_path):
     jit._MODULES.clear()
     module = jit.load_module(spec)
     files = list((tmp_path / "src").glob("*.py"))
-    assert len(files) == 1 and files[0].read_text() == module.__loader__.get_data(str(files[0])).decode()
+    assert (
+        len(files) == 1
+        and files[0].read_text() == module.__loader__.get_data(str(files[0])).decode()
+    )
     assert not list((tmp_path / "src").glob(".*")), "temporary files left behind"
     json.dumps(spec.fields())

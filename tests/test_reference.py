@@ -44,8 +44,10 @@ def u8(values) -> list[int]:
 # ------------------------------------------------------------------------------------------
 
 E2M1_GRID = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
-E4M3_GRID = [(c >> 3 and (1 + (c & 7) / 8) * 2.0 ** ((c >> 3) - 7)) or (c & 7) / 8 * 2.0**-6
-             for c in range(127)]  # codes 0..126, 126 = 448
+E4M3_GRID = [
+    (c >> 3 and (1 + (c & 7) / 8) * 2.0 ** ((c >> 3) - 7)) or (c & 7) / 8 * 2.0**-6
+    for c in range(127)
+]  # codes 0..126, 126 = 448
 
 
 def nearest_even_code(a: float, grid: list[float]) -> int:
@@ -83,7 +85,7 @@ def oracle_nvfp4_row(row: list[float], amax: float) -> tuple[list[int], list[int
         s_dec = f32(1.0) / s_enc
         codes, sfs = [], []
         for b in range(0, len(row), 16):
-            blk = [f32(v) for v in row[b:b + 16]]
+            blk = [f32(v) for v in row[b : b + 16]]
             bmax = max(abs(v) for v in blk)
             sf = oracle_e4m3(float(np.fmin(bmax * (s_enc * f32(1.0 / 6.0)), f32(FLT_MAX))))
             sfs.append(sf)
@@ -95,6 +97,7 @@ def oracle_nvfp4_row(row: list[float], amax: float) -> tuple[list[int], list[int
 # ------------------------------------------------------------------------------------------
 # constants, E2M1
 # ------------------------------------------------------------------------------------------
+
 
 def test_constants():
     assert ref.FP4_MAX == 6.0 and ref.E4M3_MAX == 448.0 and ref.E5M2_MAX == 57344.0
@@ -145,7 +148,7 @@ def test_e2m1_random_vs_oracle():
 def test_e2m1_decode_and_pack():
     codes = torch.arange(16, dtype=torch.uint8)
     dec = ref.e2m1_decode(codes)
-    assert dec.tolist() == [0, .5, 1, 1.5, 2, 3, 4, 6, 0, -.5, -1, -1.5, -2, -3, -4, -6]
+    assert dec.tolist() == [0, 0.5, 1, 1.5, 2, 3, 4, 6, 0, -0.5, -1, -1.5, -2, -3, -4, -6]
     assert torch.signbit(dec[8]).item()
     assert u8(ref.e2m1_encode(dec)) == list(range(16))
     # even element -> low nibble
@@ -160,13 +163,29 @@ def test_e2m1_decode_and_pack():
 # E4M3, global scale
 # ------------------------------------------------------------------------------------------
 
+
 def test_e4m3_rne_satfinite_cases():
     cases = [
-        (464.0, 0x7E), (1e9, 0x7E), (-1e9, 0xFE), (INF, 0x7E), (-INF, 0xFE), (448.0, 0x7E),
-        (449.0, 0x7E), (416.0, 0x7D), (432.0, 0x7E),  # 432: tie 416/448 -> even mantissa 110
-        (1.0, 0x38), (1.0625, 0x38), (1.1875, 0x3A),  # ties to even mantissa
-        (2.0**-6, 0x08), (2.0**-9, 0x01), (2.0**-10, 0x00), (3 * 2.0**-11, 0x01),
-        (0.0, 0x00), (-0.0, 0x80), (3.0, 0x44), (NAN, 0x7F),
+        (464.0, 0x7E),
+        (1e9, 0x7E),
+        (-1e9, 0xFE),
+        (INF, 0x7E),
+        (-INF, 0xFE),
+        (448.0, 0x7E),
+        (449.0, 0x7E),
+        (416.0, 0x7D),
+        (432.0, 0x7E),  # 432: tie 416/448 -> even mantissa 110
+        (1.0, 0x38),
+        (1.0625, 0x38),
+        (1.1875, 0x3A),  # ties to even mantissa
+        (2.0**-6, 0x08),
+        (2.0**-9, 0x01),
+        (2.0**-10, 0x00),
+        (3 * 2.0**-11, 0x01),
+        (0.0, 0x00),
+        (-0.0, 0x80),
+        (3.0, 0x44),
+        (NAN, 0x7F),
     ]
     got = u8(ref.e4m3_rne_satfinite(t32([c[0] for c in cases])))
     assert got == [c[1] for c in cases]
@@ -184,8 +203,18 @@ def test_e4m3_random_vs_oracle_and_decode():
 def test_global_encode_scale():
     amax = t32([0.0, INF, NAN, 1e-40, 1e-38, 448.0, 1.0, 7.0, 2688.0, 5.0])
     s = ref.global_encode_scale(amax)
-    expect = [1.0, 1.0, FLT_MAX, FLT_MAX, FLT_MAX, 6.0, 2688.0, 384.0, 1.0,
-              from_bits32(0x44066666)]  # f32(2688/5) = 537.5999755859375
+    expect = [
+        1.0,
+        1.0,
+        FLT_MAX,
+        FLT_MAX,
+        FLT_MAX,
+        6.0,
+        2688.0,
+        384.0,
+        1.0,
+        from_bits32(0x44066666),
+    ]  # f32(2688/5) = 537.5999755859375
     assert s.tolist() == expect
     assert s.dtype == torch.float32
     sd = ref.global_decode_scale(t32([6.0, 1.0, 2688.0]))
@@ -243,8 +272,13 @@ def test_nvfp4_nan_inf_blocks():
 
 def test_nvfp4_rows_vs_scalar_oracle():
     g = torch.Generator().manual_seed(3)
-    for dtype, amax_scale in [(torch.bfloat16, 1.0), (torch.float32, 1.0), (torch.float32, 0.01),
-                              (torch.bfloat16, 1e30), (torch.float32, 1e-30)]:
+    for dtype, amax_scale in [
+        (torch.bfloat16, 1.0),
+        (torch.float32, 1.0),
+        (torch.float32, 0.01),
+        (torch.bfloat16, 1e30),
+        (torch.float32, 1e-30),
+    ]:
         v = torch.randn(6, 64, generator=g) * torch.exp(torch.randn(6, 64, generator=g) * 3)
         v[1, 16:32] *= 1e-20  # tiny block (sf underflow)
         v = v.to(dtype)
@@ -278,8 +312,9 @@ def test_nvfp4_fast_math():
     assert u8(ref.unpack_fp4(d[0, 8:10])) == [0, 8, 0, 7]
     assert u8(d[1, :8]) == BYTES_A  # exact reciprocal: identical to the default path
     # injected reciprocal is used (here: 1/x times 0.5 -> enc = 1 for block A)
-    d2, s2 = ref.nvfp4_quantize_rows(v[1:], t32(448.0), fast_math=True,
-                                     reciprocal=lambda t: 0.5 / t)
+    d2, s2 = ref.nvfp4_quantize_rows(
+        v[1:], t32(448.0), fast_math=True, reciprocal=lambda t: 0.5 / t
+    )
     assert u8(ref.unpack_fp4(d2[0, :8])) == [oracle_e2m1(x) for x in BLOCK_A]
     assert u8(s2[0, :1]) == [0x44]
 
@@ -297,8 +332,9 @@ def test_dequantize_round_trip():
     amax = x.float().abs().max()
     data, scales = ref.nvfp4_quantize_rows(x, amax)
     deq = ref.nvfp4_dequantize(data, scales, amax, shape=(64, 128))
-    deq_sw = ref.nvfp4_dequantize(data, ref.swizzle_scales(scales), amax, shape=(64, 128),
-                                  swizzled=True)
+    deq_sw = ref.nvfp4_dequantize(
+        data, ref.swizzle_scales(scales), amax, shape=(64, 128), swizzled=True
+    )
     assert torch.equal(deq, deq_sw)
     s_dec = 1.0 / (2688.0 / amax.item())
     step = ref.e4m3_to_float(scales[:64, :8]).repeat_interleave(16, 1) * s_dec
@@ -311,11 +347,23 @@ def test_dequantize_round_trip():
 # swizzle
 # ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("r,c,num_cols,offset", [
-    (0, 0, 8, 0), (1, 0, 8, 16), (32, 0, 8, 4), (33, 1, 8, 21), (0, 4, 8, 512),
-    (128, 0, 8, 1024), (130, 5, 8, 1569), (255, 7, 8, 2047), (130, 5, 5, 1569),
-    (127, 3, 1, 511), (200, 2, 12, 3 * 512 + (8 * 16 + 2 * 4 + 2)),
-])
+
+@pytest.mark.parametrize(
+    "r,c,num_cols,offset",
+    [
+        (0, 0, 8, 0),
+        (1, 0, 8, 16),
+        (32, 0, 8, 4),
+        (33, 1, 8, 21),
+        (0, 4, 8, 512),
+        (128, 0, 8, 1024),
+        (130, 5, 8, 1569),
+        (255, 7, 8, 2047),
+        (130, 5, 5, 1569),
+        (127, 3, 1, 511),
+        (200, 2, 12, 3 * 512 + (8 * 16 + 2 * 4 + 2)),
+    ],
+)
 def test_swizzle_offset(r, c, num_cols, offset):
     # offset = ((rb*ceil(C/4) + cb)*32 + d3)*16 + d4*4 + d5   (te_semantics.md §4)
     assert ref.swizzle_offset(r, c, num_cols) == offset
@@ -373,9 +421,9 @@ def test_rht_along_tokens_exact_small_ints():
     xd = x.double()
     for col in range(n):
         for b in range(m // 16):
-            want = xd[16 * b:16 * b + 16, col] @ rm  # exact: <= 1600 in steps of 0.25
-            assert torch.equal(y32[col, 16 * b:16 * b + 16].double(), want)
-            assert torch.equal(y16[col, 16 * b:16 * b + 16], want.to(torch.bfloat16))
+            want = xd[16 * b : 16 * b + 16, col] @ rm  # exact: <= 1600 in steps of 0.25
+            assert torch.equal(y32[col, 16 * b : 16 * b + 16].double(), want)
+            assert torch.equal(y16[col, 16 * b : 16 * b + 16], want.to(torch.bfloat16))
     back = ref.inverse_rht_along_tokens(y32)
     assert back.shape == (m, n) and torch.equal(back, x.float())
     assert ref.rht_along_tokens(torch.zeros(0, 7, dtype=torch.bfloat16)).shape == (7, 0)
@@ -463,6 +511,7 @@ def _rn32(s: Fraction) -> float:
 # grouped NVFP4
 # ------------------------------------------------------------------------------------------
 
+
 def grouped_input() -> tuple[torch.Tensor, list[int]]:
     splits = [0, 32, 0, 16, 0]
     x = torch.zeros(48, 16)
@@ -500,7 +549,7 @@ def test_nvfp4_group_quantize_shapes_and_consistency():
     ar, ac = ref.group_amax(x, splits)
     off = 0
     for gi, (mg, o) in enumerate(zip(splits, outs, strict=True)):
-        xg = x[off:off + mg]
+        xg = x[off : off + mg]
         off += mg
         assert o["row_data"].shape == (mg, n // 2)
         assert o["row_scales"].shape == ((mg + 127) // 128 * 128, 4)
@@ -529,15 +578,17 @@ def test_nvfp4_group_quantize_shapes_and_consistency():
     assert torch.equal(only_col[1]["col_data"], cd)
     assert only_col[1]["amax_col"].item() == ar[1].item()
     only_row = ref.nvfp4_group_quantize(x, splits, columnwise=False)
-    assert "col_data" not in only_row[3] and torch.equal(only_row[3]["row_data"],
-                                                          outs[3]["row_data"])
+    assert "col_data" not in only_row[3] and torch.equal(
+        only_row[3]["row_data"], outs[3]["row_data"]
+    )
     amax = (torch.full((5,), 10.0), torch.full((5,), 20.0))
     given = ref.nvfp4_group_quantize(x, splits, amax=amax)
     rd, _ = ref.nvfp4_quantize_rows(x[32:], t32(10.0))
     assert torch.equal(given[3]["row_data"], rd) and given[3]["amax_col"].item() == 20.0
     fm = ref.nvfp4_group_quantize(x, splits, fast_math=True)
-    cd, cs = ref.nvfp4_quantize_rows(ref.rht_along_tokens(x[32:], round_to_bf16=False),
-                                     ac[3], fast_math=True)
+    cd, cs = ref.nvfp4_quantize_rows(
+        ref.rht_along_tokens(x[32:], round_to_bf16=False), ac[3], fast_math=True
+    )
     assert torch.equal(fm[3]["col_data"], cd) and torch.equal(fm[3]["col_scales"], cs)
 
 
@@ -614,13 +665,16 @@ def test_fp8_group_quantize():
     # 149.33333 * [1,2,3,0.5] -> e4m3 [144, 288, 448, 72]; * f32(1/149.33333)
     si = float(f32(1) / f32(from_bits32(0x43155555)))
     assert deq[0].tolist() == [float(f32(v) * f32(si)) for v in (144, -288, 448, 72)]
-    assert ref.fp8_dequantize(outs[1]["row_data"], outs[1]["scale_inv"],
-                              torch.bfloat16).dtype == torch.bfloat16
+    assert (
+        ref.fp8_dequantize(outs[1]["row_data"], outs[1]["scale_inv"], torch.bfloat16).dtype
+        == torch.bfloat16
+    )
     pw = ref.fp8_group_quantize(x, splits, fp8_dtype=E5, force_pow2_scales=True, columnwise=False)
     assert [o["scale"].item() for o in pw] == [1.0, 16384.0, 1.0, 64.0]  # 57344/896 = 64
     assert "col_data" not in pw[1]
-    dl = ref.fp8_group_quantize(x, splits, fp8_dtype=E4, scaling="delayed",
-                                scale=t32([1.0, 2.0, 4.0, 0.25]), rowwise=False)
+    dl = ref.fp8_group_quantize(
+        x, splits, fp8_dtype=E4, scaling="delayed", scale=t32([1.0, 2.0, 4.0, 0.25]), rowwise=False
+    )
     assert [o["scale_inv"].item() for o in dl] == [1.0, 0.5, 0.25, 4.0]
     assert dl[1]["amax"].item() == 3.0 and "row_data" not in dl[1]
     assert dl[1]["col_data"].float()[:, 0].tolist() == [2.0, -4.0, 6.0, 1.0]

@@ -1,0 +1,30 @@
+"""Small grouped calls for compute-sanitizer (memcheck / racecheck / synccheck):
+
+    compute-sanitizer --tool memcheck python perf/sanitize_run.py
+Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-size per-group
+array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels."""
+
+import torch
+
+import cutequant
+from cutequant.testing import grouped_input, random_splits
+
+
+def main():
+    gen = torch.Generator().manual_seed(7)
+    for groups in (65, 300):
+        splits = random_splits(groups, None, gen, zero_at=("front", "middle", "end"), mean_rows=48)
+        x = grouped_input(splits, 256, gen)
+        cutequant.fp8_group_quantize(x, splits)
+        cutequant.fp8_group_quantize(
+            x.float(), splits, scaling="delayed", scale=torch.ones(groups, device="cuda")
+        )
+        cutequant.nvfp4_group_quantize(x, splits)
+        cutequant.nvfp4_group_quantize(x, splits, rht=False, swizzled_scales=True, fast_math=True)
+        cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
+    torch.cuda.synchronize()
+    print("sanitize_run: done")
+
+
+if __name__ == "__main__":
+    main()
