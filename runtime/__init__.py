@@ -2,7 +2,7 @@
 
 from cutequant.amax import group_amax
 from cutequant.fp8 import Fp8GroupedTensor, fp8_group_dequantize, fp8_group_quantize
-from cutequant.nvfp4 import Nvfp4GroupedTensor, nvfp4_group_quantize
+from cutequant.nvfp4 import Nvfp4GroupedTensor, nvfp4_group_dequantize, nvfp4_group_quantize
 
 __all__ = [
     "Fp8GroupedTensor",
@@ -10,5 +10,6 @@ __all__ = [
     "fp8_group_dequantize",
     "fp8_group_quantize",
     "group_amax",
+    "nvfp4_group_dequantize",
     "nvfp4_group_quantize",
 ]

@@ -210,3 +210,55 @@ def nvfp4_group_quantize(
         fast_math=fast_math,
         _layout=layout,
     )
+
+
+def nvfp4_group_dequantize(
+    result: Nvfp4GroupedTensor,
+    *,
+    columnwise: bool = False,
+    undo_rht: bool = True,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """High-precision [M, N] tensor back from ``result`` (on the GPU, in torch).
+
+    Rowwise: ``e2m1 * e4m3 scale * S_dec`` per 16-element block (compact or swizzled scales).
+    ``columnwise=True``: from the columnwise data; with an RHT ``undo_rht`` applies the inverse
+    transform (the 16x16 RHT is orthogonal), giving x back instead of RHT(x^T). Needs the split
+    sizes on the host (one synchronization with device splits).
+    """
+    from cutequant import reference
+
+    if not isinstance(result, Nvfp4GroupedTensor):
+        raise TypeError(f"result: expected an Nvfp4GroupedTensor, got {type(result).__name__}")
+    _checks.check_flag(columnwise, "columnwise")
+    _checks.check_flag(undo_rht, "undo_rht")
+    if (result.col_data if columnwise else result.row_data) is None:
+        kind = "columnwise" if columnwise else "rowwise"
+        raise ValueError(f"result: has no {kind} data (it was quantized without it)")
+    n = result.n_cols
+    splits = result.splits
+    dev = (result.col_data if columnwise else result.row_data).device
+    out = torch.empty(sum(splits), n, dtype=out_dtype, device=dev)
+    row0 = 0
+    for g, m_g in enumerate(splits):
+        if m_g:
+            parts = result.group(g)
+            if not columnwise:
+                y = reference.nvfp4_dequantize(
+                    parts["row_data"], parts["row_scales"].reshape(-1) if result.swizzled_scales
+                    else parts["row_scales"], parts["amax_row"], shape=(m_g, n),
+                    swizzled=result.swizzled_scales,
+                )
+            else:
+                yt = reference.nvfp4_dequantize(
+                    parts["col_data"], parts["col_scales"].reshape(-1) if result.swizzled_scales
+                    else parts["col_scales"], parts["amax_col"], shape=(n, m_g),
+                    swizzled=result.swizzled_scales,
+                )
+                if result.rht and undo_rht:
+                    y = reference.inverse_rht_along_tokens(yt, result.sign_mask)
+                else:
+                    y = yt.t()
+            out[row0 : row0 + m_g] = y.to(out_dtype)
+        row0 += m_g
+    return out
