@@ -218,28 +218,32 @@ def byte_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
     (row_data, row_scales, col_data, col_scales) buffers (last column = total bytes)."""
     cp = -(-(n_cols // 16) // 4) * 4
     np_ = -(-n_cols // 128) * 128
-    mult = (n_cols // 2, cp, n_cols // 2, np_)
+    return _offsets(layout, (0, 2, 0, 3), (n_cols // 2, cp, n_cols // 2, np_))
+
+
+def element_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
+    """int64 [2, G + 1] device tensor: element offset of every group's block in the FP8
+    (row_data, col_data) buffers (both row_start * N)."""
+    return _offsets(layout, (0, 0), (n_cols, n_cols))
+
+
+def _offsets(layout: GroupLayout, rows: tuple[int, ...], mult: tuple[int, ...]) -> torch.Tensor:
+    """tables[rows] * mult as int64 on the device: from a per-(splits, N) host cache for host
+    splits (no launch), else computed on the device from the call's tables."""
     if layout.host_splits is not None:
-        key = (layout.host_splits, n_cols, layout.tables.device.index)
+        key = (layout.host_splits, rows, mult, layout.tables.device.index)
         with _LOCK:
             out = _OFFSET_CACHE.get(key)
         if out is None:
-            t = host_tables(layout.host_splits).to(torch.int64)[[0, 2, 0, 3]]
+            t = host_tables(layout.host_splits).to(torch.int64)[list(rows)]
             out = (t * torch.tensor(mult, dtype=torch.int64)[:, None]).to(layout.tables.device)
             with _LOCK:
                 _OFFSET_CACHE[key] = out
                 while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
                     _OFFSET_CACHE.popitem(last=False)
         return out
-    rows = layout.tables[[0, 2, 0, 3]].to(torch.int64)
-    return rows * torch.tensor(mult, dtype=torch.int64, device=rows.device)[:, None]
-
-
-def element_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
-    """int64 [2, G + 1] device tensor: element offset of every group's block in the FP8
-    (row_data, col_data) buffers (both row_start * N)."""
-    rows = layout.tables[0].to(torch.int64) * n_cols
-    return torch.stack([rows, rows])
+    t = layout.tables[list(rows)].to(torch.int64)
+    return t * torch.tensor(mult, dtype=torch.int64, device=t.device)[:, None]
 
 
 _DUMMIES: dict = {}

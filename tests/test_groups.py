@@ -102,3 +102,19 @@ def test_rendered_source_is_written_atomically(monkeypatch, tmp_path):
     )
     assert not list((tmp_path / "src").glob(".*")), "temporary files left behind"
     json.dumps(spec.fields())
+
+
+def test_output_offsets_from_host_splits():
+    splits = (0, 64, 16, 0, 208)
+    layout = groups.GroupLayout(len(splits), sum(splits), groups.host_tables(splits), splits)
+    n = 272
+    off = groups.byte_offsets(layout, n)
+    row0 = [0, 0, 64, 80, 80, 288]
+    cp = 20  # roundup(272 / 16, 4)
+    rscale = [0, 0, 128, 256, 256, 512]
+    cscale = [0, 0, 4, 8, 8, 24]
+    assert off[0].tolist() == [r * n // 2 for r in row0]
+    assert off[1].tolist() == [r * cp for r in rscale]
+    assert off[2].tolist() == [r * n // 2 for r in row0]
+    assert off[3].tolist() == [c * 384 for c in cscale]  # roundup(272, 128) = 384
+    assert groups.element_offsets(layout, n).tolist() == [[r * n for r in row0]] * 2
