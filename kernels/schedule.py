@@ -18,7 +18,8 @@ binary search, later tiles only step forward. Token-fastest order makes consecut
 CTA extend the same rows of the transposed (columnwise) outputs, whose per-tile pieces are only
 32-64 bytes of data and 2-4 bytes of compact scales per row: measured 30-40% faster on grouped
 shapes than column-fastest for the quantize kernels. The read-only amax kernel keeps the
-column-fastest order (consecutive tiles read the same rows' next bytes), ~3% faster for it. Neither the group count nor any split size is compile-time.
+column-fastest order (consecutive tiles read the same rows' next bytes), ~3% faster for it.
+Neither the group count nor any split size is compile-time.
 """
 
 import cutlass
