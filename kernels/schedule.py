@@ -55,8 +55,10 @@ def first_tile(
     t: Int32,
     token_fastest: cutlass.Constexpr,
 ):
-    """(group, column tile, global row tile) of linear tile ``t`` (binary search over groups;
-    taking the largest match skips zero-token groups)."""
+    """Walk state (group, column tile, global row tile, group's first row tile, group's row-tile
+    end) of linear tile ``t`` (binary search over groups; the largest match skips zero-token
+    groups). The group's row-tile range rides along in registers so that the per-tile step
+    needs no global load."""
     scale = col_tiles if token_fastest else 1
     key = t if token_fastest else t // col_tiles
     lo = Int32(0)
@@ -76,7 +78,7 @@ def first_tile(
     else:
         row_tile = key
         col_tile = t - key * col_tiles
-    return lo, col_tile, row_tile
+    return lo, col_tile, row_tile, start, tables[ROWTILE_START, lo + 1]
 
 
 @cute.jit
@@ -96,27 +98,34 @@ def normalize(
     g: Int32,
     col_tile: Int32,
     row_tile: Int32,
+    start: Int32,
+    end: Int32,
     token_fastest: cutlass.Constexpr,
 ):
     """After ``step``: wrap to the next column of the group (token-fastest) or the next row tile
-    (column-fastest), and to the next group with tokens. Only called when another tile exists,
-    so it never walks past the last group."""
+    (column-fastest), and to the next group with tokens (reloading its row-tile range). Only
+    called when another tile exists, so it never walks past the last group."""
     if cutlass.const_expr(token_fastest):
-        if row_tile == tables[ROWTILE_START, g + 1]:
+        if row_tile == end:
             col_tile += 1
             if col_tile == col_tiles:
                 col_tile = Int32(0)
                 g += 1
                 while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
                     g += 1
-            row_tile = tables[ROWTILE_START, g]
+                start = tables[ROWTILE_START, g]
+                end = tables[ROWTILE_START, g + 1]
+            row_tile = start
     else:
         if col_tile == col_tiles:
             col_tile = Int32(0)
             row_tile += 1
-        while row_tile >= tables[ROWTILE_START, g + 1]:
-            g += 1
-    return g, col_tile, row_tile
+            if row_tile >= end:
+                while row_tile >= tables[ROWTILE_START, g + 1]:
+                    g += 1
+                start = tables[ROWTILE_START, g]
+                end = tables[ROWTILE_START, g + 1]
+    return g, col_tile, row_tile, start, end
 
 
 @cute.jit
@@ -142,10 +151,18 @@ def produce_tiles(
     the consumers.
     """
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
-    g, col_tile, row_tile = first_tile(tables, num_groups, col_tiles, t_begin, token_fastest)
+    g, col_tile, row_tile, start, end = first_tile(
+        tables, num_groups, col_tiles, t_begin, token_fastest
+    )
+    row0_g = tables[ROW_START, g]
     for _ in range(t_begin, t_end):
-        g, col_tile, row_tile = normalize(tables, col_tiles, g, col_tile, row_tile, token_fastest)
-        row0 = tables[ROW_START, g] + (row_tile - tables[ROWTILE_START, g]) * TILE_ROWS
+        g_prev = g
+        g, col_tile, row_tile, start, end = normalize(
+            tables, col_tiles, g, col_tile, row_tile, start, end, token_fastest
+        )
+        if g != g_prev:
+            row0_g = tables[ROW_START, g]
+        row0 = row0_g + (row_tile - start) * TILE_ROWS
         g_tile = cute.local_tile(
             cute.domain_offset((0, row0), tma_x), (tile_cols, TILE_ROWS), (col_tile, 0)
         )
