@@ -163,14 +163,30 @@ def _exact_rht_sum_to_f64(xb: torch.Tensor, sgn: torch.Tensor) -> torch.Tensor:
     return z * (2.0**-_EXP_SHIFT)
 
 
+# How the 16-term RHT sums are evaluated: "exact" (rounded once to fp32: CPU-capable),
+# "tensor_core" (a bf16 x bf16 -> fp32 tensor-core matmul, what TE's own tests use as the oracle
+# via a torch bf16 matmul and what every tensor-core kernel computes; CUDA only), or "auto"
+# (tensor_core for CUDA tensors, exact otherwise). The two agree except when a block spans
+# ~16+ binades: the hardware's fp32 accumulation is not a single rounding of the exact sum.
+RHT_ACCUMULATION = "auto"
+
+
+def _tensor_core_rht(x: torch.Tensor, sign_mask: int) -> torch.Tensor:
+    m, n = x.shape
+    r = rht_matrix(sign_mask).to(x.device)
+    xb = x.to(torch.bfloat16).t().reshape(n * (m // 16), 16)
+    return torch.mm(xb, r, out_dtype=torch.float32).reshape(n, m)
+
+
 def rht_along_tokens(
     x: torch.Tensor, sign_mask: int = DEFAULT_SIGN_MASK, *, round_to_bf16: bool = True
 ) -> torch.Tensor:
     """§3.1/§3.2: RHT of each 16-token block of each column, returned transposed ``[N, M]``.
 
     ``y[n, 16b + j] = sum_i x[16b+i, n] * R[i, j]`` with ``R = rht_matrix(sign_mask)``.
-    x: bf16 (fp16/fp32 accepted) ``[M, N]``, ``M % 16 == 0``.  The 16-term sum is computed
-    EXACTLY and rounded once to fp32 (RNE; beyond the fp32 range -> ±inf).  Note a plain float64
+    x: bf16 (fp16/fp32 accepted) ``[M, N]``, ``M % 16 == 0``.  See ``RHT_ACCUMULATION``: in the
+    exact mode the 16-term sum is computed EXACTLY and rounded once to fp32 (RNE; beyond the
+    fp32 range -> ±inf).  Note a plain float64
     sum is NOT exact for wide exponent spreads (e.g. ``2^100 + 1 - 2^100``), hence the banded
     sum above.  With ``round_to_bf16`` (default, the TE kernels' ``cvt.rn.bf16x2.f32``) that fp32
     is rounded to bf16 (RNE) and bf16 is returned; otherwise fp32 is returned (fast-math path,
@@ -182,6 +198,12 @@ def rht_along_tokens(
     m, n = x.shape
     if m % 16:
         raise ValueError(f"token count {m} must be a multiple of 16")
+    mode = RHT_ACCUMULATION
+    if mode == "auto":
+        mode = "tensor_core" if x.is_cuda else "exact"
+    if mode == "tensor_core" and m and n:
+        out = _tensor_core_rht(x, sign_mask)
+        return out.to(torch.bfloat16) if round_to_bf16 else out
     out = torch.empty((n, m), dtype=_F32, device=x.device)
     if m and n:
         sgn = _sign_matrix(sign_mask, x.device)
