@@ -24,14 +24,68 @@ def _asm(res_type, ptx: str, constraints: str, args):
     )
 
 
+def _ir(values, types, loc, ip):
+    return [t(v).ir_value(loc=loc, ip=ip) for v, t in zip(values, types, strict=True)]
+
+
+def _u32_op(ptx: str, a, b, loc, ip) -> Uint32:
+    """u32 <- op(u32, u32): packed 16-bit arithmetic, byte permutes."""
+    return Uint32(_asm(T.i32(), ptx, "=r,r,r", _ir((a, b), (Uint32, Uint32), loc, ip)))
+
+
+def _f32x2_to_u32(ptx: str, hi, lo, loc, ip) -> Uint32:
+    """u32 <- cvt of two fp32 (``hi`` is the PTX cvt's first operand, landing in the upper half)."""
+    return Uint32(_asm(T.i32(), ptx, "=r,f,f", _ir((hi, lo), (Float32, Float32), loc, ip)))
+
+
+def _u32_to_f32x2(ptx: str, word, loc, ip):
+    """(fp32, fp32) <- one u32 (``$0`` gets the low half, ``$1`` the high half)."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32(), T.f32()]),
+        _ir((word,), (Uint32,), loc, ip),
+        ptx,
+        "=f,=f,r",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return tuple(
+        Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(2)
+    )
+
+
+def _f32_op(ptx: str, args, loc, ip) -> Float32:
+    """fp32 <- op(fp32, ...) with an explicit rounding mode."""
+    cons = "=f," + ",".join(["f"] * len(args))
+    return Float32(_asm(T.f32(), ptx, cons, _ir(args, (Float32,) * len(args), loc, ip)))
+
+
+def _side_effect(ptx: str, addr_type, addr, words, loc, ip):
+    """A store (or other volatile op) of ``words`` (u32) at ``addr``."""
+    cons = ("l" if addr_type is Int64 else "r") + "".join(",r" for _ in words)
+    llvm.inline_asm(
+        None,
+        _ir((addr, *words), (addr_type,) + (Uint32,) * len(words), loc, ip),
+        ptx,
+        cons,
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+# ------------------------------------------------------------------------------- bit casts
+
+
 @dsl_user_op
 def f32_bits(x: Float32, *, loc=None, ip=None) -> Uint32:
-    return Uint32(_asm(T.i32(), "mov.b32 $0, $1;", "=r,f", [Float32(x).ir_value(loc=loc, ip=ip)]))
+    return Uint32(_asm(T.i32(), "mov.b32 $0, $1;", "=r,f", _ir((x,), (Float32,), loc, ip)))
 
 
 @dsl_user_op
 def bits_f32(x: Uint32, *, loc=None, ip=None) -> Float32:
-    return Float32(_asm(T.f32(), "mov.b32 $0, $1;", "=f,r", [Uint32(x).ir_value(loc=loc, ip=ip)]))
+    return Float32(_asm(T.f32(), "mov.b32 $0, $1;", "=f,r", _ir((x,), (Uint32,), loc, ip)))
+
+
+# ------------------------------------------------------------------------- shared memory
 
 
 @cute.jit
@@ -45,11 +99,12 @@ def load_shared_v4(addr: Int32) -> list:
 
 @dsl_user_op
 def load_shared_u16(addr: Int32, *, loc=None, ip=None) -> Uint32:
-    """One zero-extended 16-bit word from shared address ``addr``."""
+    """One zero-extended 16-bit word from shared address ``addr`` (volatile: it must stay
+    before the stage release that follows it)."""
     return Uint32(
         llvm.inline_asm(
             T.i32(),
-            [Int32(addr).ir_value(loc=loc, ip=ip)],
+            _ir((addr,), (Int32,), loc, ip),
             "{\n\t.reg .b16 h;\n\tld.shared.b16 h, [$1];\n\tcvt.u32.u16 $0, h;\n\t}",
             "=r,r",
             has_side_effects=True,
@@ -61,42 +116,13 @@ def load_shared_u16(addr: Int32, *, loc=None, ip=None) -> Uint32:
 @dsl_user_op
 def store_shared_v2(addr: Int32, words, *, loc=None, ip=None):
     """Two 32-bit words to 8-byte-aligned shared address ``addr`` (one STS.64)."""
-    llvm.inline_asm(
-        None,
-        [Int32(addr).ir_value(loc=loc, ip=ip)]
-        + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
-        "st.shared.v2.b32 [$0], {$1, $2};",
-        "r,r,r",
-        has_side_effects=True,
-        is_align_stack=False,
-    )
+    _side_effect("st.shared.v2.b32 [$0], {$1, $2};", Int32, addr, words, loc, ip)
 
 
 @dsl_user_op
 def store_shared_v4(addr: Int32, words, *, loc=None, ip=None):
     """Four 32-bit words to 16-byte-aligned shared address ``addr`` (one STS.128)."""
-    llvm.inline_asm(
-        None,
-        [Int32(addr).ir_value(loc=loc, ip=ip)]
-        + [Uint32(w).ir_value(loc=loc, ip=ip) for w in words],
-        "st.shared.v4.b32 [$0], {$1, $2, $3, $4};",
-        "r,r,r,r,r",
-        has_side_effects=True,
-        is_align_stack=False,
-    )
-
-
-@dsl_user_op
-def bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
-    """Two fp32 -> packed bf16x2 (RNE): ``lo`` in bits 0-15."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "cvt.rn.bf16x2.f32 $0, $1, $2;",
-            "=r,f,f",
-            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
-        )
-    )
+    _side_effect("st.shared.v4.b32 [$0], {$1, $2, $3, $4};", Int32, addr, words, loc, ip)
 
 
 def release_after_loads(pipe, state):
@@ -110,61 +136,43 @@ def release_after_loads(pipe, state):
     pipe.consumer_release(state)
 
 
+# ------------------------------------------------------------------- packed 16-bit helpers
+
+
+@dsl_user_op
+def bf16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """Two fp32 -> packed bf16x2 (RNE): ``lo`` in bits 0-15."""
+    return _f32x2_to_u32("cvt.rn.bf16x2.f32 $0, $1, $2;", hi, lo, loc, ip)
+
+
 @dsl_user_op
 def bf16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
     """Per-half |max| of two packed bf16 pairs, NaN-propagating (sign bits are garbage)."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "max.NaN.xorsign.abs.bf16x2 $0, $1, $2;",
-            "=r,r,r",
-            [Uint32(acc).ir_value(loc=loc, ip=ip), Uint32(word).ir_value(loc=loc, ip=ip)],
-        )
-    )
+    return _u32_op("max.NaN.xorsign.abs.bf16x2 $0, $1, $2;", acc, word, loc, ip)
+
+
+@dsl_user_op
+def f16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Per-half |max| of two packed f16 pairs, NaN-propagating (sign bits are garbage)."""
+    return _u32_op("max.NaN.xorsign.abs.f16x2 $0, $1, $2;", acc, word, loc, ip)
 
 
 @dsl_user_op
 def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
     """Byte permute of {b, a} (bytes 0-3 from a, 4-7 from b); selector nibble bit 3 replicates
     the sign of the chosen byte. Pure, unlike cute.arch.prmt."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            f"prmt.b32 $0, $1, $2, {selector:#x};",
-            "=r,r,r",
-            [Uint32(a).ir_value(loc=loc, ip=ip), Uint32(b).ir_value(loc=loc, ip=ip)],
-        )
-    )
-
-
-@dsl_user_op
-def f16x2_absmax(acc: Uint32, word: Uint32, *, loc=None, ip=None) -> Uint32:
-    """Per-half |max| of two packed f16 pairs, NaN-propagating (sign bits are garbage)."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "max.NaN.xorsign.abs.f16x2 $0, $1, $2;",
-            "=r,r,r",
-            [Uint32(acc).ir_value(loc=loc, ip=ip), Uint32(word).ir_value(loc=loc, ip=ip)],
-        )
-    )
+    return _u32_op(f"prmt.b32 $0, $1, $2, {selector:#x};", a, b, loc, ip)
 
 
 @dsl_user_op
 def f16x2_to_f32x2(word: Uint32, *, loc=None, ip=None):
     """Exact f16 -> fp32 of both halves of ``word`` (low half first)."""
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.f32(), T.f32()]),
-        [Uint32(word).ir_value(loc=loc, ip=ip)],
+    return _u32_to_f32x2(
         "{\n\t.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, $2;\n\t"
         "cvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}",
-        "=f,=f,r",
-        has_side_effects=False,
-        is_align_stack=False,
-    )
-    return (
-        Float32(llvm.extractvalue(T.f32(), res, [0], loc=loc, ip=ip)),
-        Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)),
+        word,
+        loc,
+        ip,
     )
 
 
@@ -226,85 +234,62 @@ def atomic_amax(ptr: cute.Pointer, value: Float32):
 @dsl_user_op
 def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE satfinite fp32 -> e4m3 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "{\n\t.reg .b16 h;\n\t"
-            "cvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
-            "=r,f,f",
-            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
-        )
+    return _f32x2_to_u32(
+        "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+        hi,
+        lo,
+        loc,
+        ip,
     )
 
 
 @dsl_user_op
 def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE satfinite fp32 -> e5m2 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "{\n\t.reg .b16 h;\n\t"
-            "cvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
-            "=r,f,f",
-            [Float32(hi).ir_value(loc=loc, ip=ip), Float32(lo).ir_value(loc=loc, ip=ip)],
-        )
+    return _f32x2_to_u32(
+        "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
+        hi,
+        lo,
+        loc,
+        ip,
     )
 
 
 @dsl_user_op
-def e4m3_to_f32(byte: Uint32, *, loc=None, ip=None) -> Float32:
-    """Exact e4m3 -> fp32 of the low byte (via f16, which holds every e4m3 value)."""
-    return Float32(
-        _asm(
-            T.f32(),
-            "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h2;\n\tcvt.u16.u32 b, $1;\n\t"
-            "cvt.rn.f16x2.e4m3x2 h2, b;\n\tmov.b32 {lo, hi}, h2;\n\tcvt.f32.f16 $0, lo;\n\t}",
-            "=f,r",
-            [Uint32(byte).ir_value(loc=loc, ip=ip)],
-        )
+def e4m3x2_to_f32x2(pair: Uint32, *, loc=None, ip=None):
+    """Exact e4m3 -> fp32 of bytes 0 and 1 of ``pair`` (via f16, which holds every e4m3)."""
+    return _u32_to_f32x2(
+        "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h2;\n\tcvt.u16.u32 b, $2;\n\t"
+        "cvt.rn.f16x2.e4m3x2 h2, b;\n\tmov.b32 {lo, hi}, h2;\n\t"
+        "cvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}",
+        pair,
+        loc,
+        ip,
     )
 
 
 @dsl_user_op
 def div_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
-    """IEEE fp32 division, round to nearest even (TE's ``1.0 / x``; 1/0 = inf)."""
-    return Float32(
-        _asm(
-            T.f32(),
-            "div.rn.f32 $0, $1, $2;",
-            "=f,f,f",
-            [Float32(a).ir_value(loc=loc, ip=ip), Float32(b).ir_value(loc=loc, ip=ip)],
-        )
-    )
+    """IEEE fp32 division, round to nearest even."""
+    return _f32_op("div.rn.f32 $0, $1, $2;", (a, b), loc, ip)
 
 
 @dsl_user_op
 def rcp_rn(a: Float32, *, loc=None, ip=None) -> Float32:
     """Correctly rounded 1/a (identical to TE's ``1.0 / a``; 1/0 = inf)."""
-    return Float32(
-        _asm(T.f32(), "rcp.rn.f32 $0, $1;", "=f,f", [Float32(a).ir_value(loc=loc, ip=ip)])
-    )
+    return _f32_op("rcp.rn.f32 $0, $1;", (a,), loc, ip)
 
 
 @dsl_user_op
 def rcp_approx_ftz(a: Float32, *, loc=None, ip=None) -> Float32:
     """``rcp.approx.ftz.f32``: TE's fast-math reciprocal (cutlass::reciprocal_approximate_ftz)."""
-    return Float32(
-        _asm(T.f32(), "rcp.approx.ftz.f32 $0, $1;", "=f,f", [Float32(a).ir_value(loc=loc, ip=ip)])
-    )
+    return _f32_op("rcp.approx.ftz.f32 $0, $1;", (a,), loc, ip)
 
 
 @dsl_user_op
 def fma_rn(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
     """Fused a*b+c, one RNE rounding (the e2m1 magic-number rounding relies on it)."""
-    return Float32(
-        _asm(
-            T.f32(),
-            "fma.rn.f32 $0, $1, $2, $3;",
-            "=f,f,f,f",
-            [Float32(v).ir_value(loc=loc, ip=ip) for v in (a, b, c)],
-        )
-    )
+    return _f32_op("fma.rn.f32 $0, $1, $2, $3;", (a, b, c), loc, ip)
 
 
 @cute.jit
@@ -314,25 +299,6 @@ def global_encode_scale(amax: Float32) -> Float32:
     if amax == Float32(0.0) or s == Float32(0.0):
         s = Float32(1.0)
     return s
-
-
-@dsl_user_op
-def e4m3x2_to_f32x2(pair: Uint32, *, loc=None, ip=None):
-    """Exact e4m3 -> fp32 of bytes 0 and 1 of ``pair`` (via f16, which holds every e4m3)."""
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.f32(), T.f32()]),
-        [Uint32(pair).ir_value(loc=loc, ip=ip)],
-        "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h2;\n\tcvt.u16.u32 b, $2;\n\t"
-        "cvt.rn.f16x2.e4m3x2 h2, b;\n\tmov.b32 {lo, hi}, h2;\n\t"
-        "cvt.f32.f16 $0, lo;\n\tcvt.f32.f16 $1, hi;\n\t}",
-        "=f,=f,r",
-        has_side_effects=False,
-        is_align_stack=False,
-    )
-    return (
-        Float32(llvm.extractvalue(T.f32(), res, [0], loc=loc, ip=ip)),
-        Float32(llvm.extractvalue(T.f32(), res, [1], loc=loc, ip=ip)),
-    )
 
 
 def encode_multiplier(sf: Float32, s_dec: Float32, fast_math: bool) -> Float32:
@@ -395,67 +361,31 @@ def e2m1x8(v) -> Uint32:
     return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
 
 
-@cute.jit
-def quad_transpose_u16(p0: Uint32, p1: Uint32, quad: Int32):
-    """4x4 transpose of 16-bit items across the 4 lanes of a quad (two xor shuffles).
-
-    Lane q holds T[q][0..3] as p0 = T[q][0] | T[q][1] << 16, p1 = T[q][2] | T[q][3] << 16 and
-    gets back (T[0][q] | T[1][q] << 16, T[2][q] | T[3][q] << 16).
-    """
-    low = (quad & 2) == 0
-    recv = Uint32(cute.arch.shuffle_sync_bfly(Uint32(cutlass.select_(low, p1, p0)), offset=2))
-    a = Uint32(cutlass.select_(low, p0, recv))  # q < 2: T[q][0:2],   q >= 2: T[q-2][2:4]
-    b = Uint32(cutlass.select_(low, recv, p1))  # q < 2: T[q+2][0:2], q >= 2: T[q][2:4]
-    even = (quad & 1) == 0
-    send = Uint32(cutlass.select_(even, prmt(a, b, 0x7632), prmt(a, b, 0x5410)))
-    recv = Uint32(cute.arch.shuffle_sync_bfly(send, offset=1))
-    lo = Uint32(cutlass.select_(even, prmt(a, recv, 0x5410), prmt(recv, a, 0x7610)))
-    hi = Uint32(cutlass.select_(even, prmt(b, recv, 0x7610), prmt(recv, b, 0x7632)))
-    return lo, hi
-
-
 # ------------------------------------------------------------------------ raw global stores
-
-
-def _store(ptx: str, constraints: str, addr: Int64, values, loc=None, ip=None):
-    llvm.inline_asm(
-        None,
-        [Int64(addr).ir_value(loc=loc, ip=ip)]
-        + [Uint32(v).ir_value(loc=loc, ip=ip) for v in values],
-        ptx,
-        constraints,
-        has_side_effects=True,
-        is_align_stack=False,
-    )
 
 
 @dsl_user_op
 def st_global_v4(addr: Int64, a: Uint32, b: Uint32, c: Uint32, d: Uint32, *, loc=None, ip=None):
     """16-byte store; ``addr`` must be 16-byte aligned."""
-    _store("st.global.v4.b32 [$0], {$1, $2, $3, $4};", "l,r,r,r,r", addr, (a, b, c, d), loc, ip)
+    _side_effect("st.global.v4.b32 [$0], {$1, $2, $3, $4};", Int64, addr, (a, b, c, d), loc, ip)
 
 
 @dsl_user_op
 def st_global_v2(addr: Int64, a: Uint32, b: Uint32, *, loc=None, ip=None):
     """8-byte store; ``addr`` must be 8-byte aligned."""
-    _store("st.global.v2.b32 [$0], {$1, $2};", "l,r,r", addr, (a, b), loc, ip)
+    _side_effect("st.global.v2.b32 [$0], {$1, $2};", Int64, addr, (a, b), loc, ip)
 
 
 @dsl_user_op
 def st_global_b32(addr: Int64, a: Uint32, *, loc=None, ip=None):
-    _store("st.global.b32 [$0], $1;", "l,r", addr, (a,), loc, ip)
+    _side_effect("st.global.b32 [$0], $1;", Int64, addr, (a,), loc, ip)
 
 
 @dsl_user_op
 def st_global_b16(addr: Int64, a: Uint32, *, loc=None, ip=None):
-    _store(
-        "{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b16 [$0], h;\n\t}",
-        "l,r",
-        addr,
-        (a,),
-        loc,
-        ip,
-    )
+    """The low 16 bits of ``a``."""
+    ptx = "{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b16 [$0], h;\n\t}"
+    _side_effect(ptx, Int64, addr, (a,), loc, ip)
 
 
 def swizzled_scale_offset(r, c, num_cols_div4):
