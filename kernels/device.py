@@ -48,9 +48,7 @@ def _u32_to_f32x2(ptx: str, word, loc, ip):
         has_side_effects=False,
         is_align_stack=False,
     )
-    return tuple(
-        Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(2)
-    )
+    return tuple(Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(2))
 
 
 def _f32_op(ptx: str, args, loc, ip) -> Float32:

@@ -204,6 +204,27 @@ def bench_torch_compile_reference(case, gen):
     return _rotating(calls), nvfp4_bytes(splits, n_cols) + xs[0].numel() * 2
 
 
+def bench_fp8_torch_compile_reference(case, gen):
+    """torch.compile of the reference FP8 current-scaling math (dense only: one group):
+    amax, scale, rowwise cast and transposed cast, same bytes as fp8_current."""
+    from cutequant import reference
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    if len(splits) != 1:
+        raise NotImplementedError("torch.compile baseline: dense cases only")
+    fp8 = torch.float8_e4m3fn
+
+    def quantize(x):
+        scale, scale_inv = reference.fp8_scale_from_amax(x.abs().amax().float(), fp8)
+        row = reference.fp8_cast(x, scale, fp8)
+        col = reference.fp8_cast(x.t(), scale, fp8).contiguous()
+        return row, col, scale_inv
+
+    fn = torch.compile(quantize)
+    calls = [lambda x=x: fn(x) for x in xs]
+    return _rotating(calls), xs[0].numel() * (2 * xs[0].element_size() + 2)
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
@@ -216,6 +237,7 @@ OPS = {
     "nvfp4_torch_compile_ref": bench_torch_compile_reference,
     "fp8_cast(delayed)": lambda c, g: bench_fp8(c, g, "delayed"),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
+    "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
 }
 
 
@@ -225,13 +247,14 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    gen = torch.Generator().manual_seed(1234)
     copy = copy_bandwidth_gbps()
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; copy bandwidth (read+write): {copy:.0f} GB/s")
     results = []
     for op in args.ops.split(","):
         for case in args.cases.split(","):
+            # reseeded per (op, case): every op sees the same splits and data for a case
+            gen = torch.Generator().manual_seed(1234)
             try:
                 fn, nbytes = OPS[op](case, gen)
             except NotImplementedError:

@@ -14,5 +14,6 @@ reference.RHT_ACCUMULATION = "tensor_core"
 tc = reference.rht_along_tokens(x, round_to_bf16=False)
 reference.RHT_ACCUMULATION = "auto"
 diff32 = (exact.view(torch.int32) != tc.view(torch.int32)).sum().item()
-diff16 = (exact.to(torch.bfloat16).view(torch.int16) != tc.to(torch.bfloat16).view(torch.int16)).sum()
-print(f"RHT outputs {exact.numel()}: fp32 differ {diff32}, after bf16 rounding differ {int(diff16)}")
+bf16_bits = [t.to(torch.bfloat16).view(torch.int16) for t in (exact, tc)]
+diff16 = (bf16_bits[0] != bf16_bits[1]).sum()
+print(f"RHT outputs {exact.numel()}: fp32 differ {diff32}, bf16 differ {int(diff16)}")

@@ -245,14 +245,22 @@ def nvfp4_group_dequantize(
             parts = result.group(g)
             if not columnwise:
                 y = reference.nvfp4_dequantize(
-                    parts["row_data"], parts["row_scales"].reshape(-1) if result.swizzled_scales
-                    else parts["row_scales"], parts["amax_row"], shape=(m_g, n),
+                    parts["row_data"],
+                    parts["row_scales"].reshape(-1)
+                    if result.swizzled_scales
+                    else parts["row_scales"],
+                    parts["amax_row"],
+                    shape=(m_g, n),
                     swizzled=result.swizzled_scales,
                 )
             else:
                 yt = reference.nvfp4_dequantize(
-                    parts["col_data"], parts["col_scales"].reshape(-1) if result.swizzled_scales
-                    else parts["col_scales"], parts["amax_col"], shape=(n, m_g),
+                    parts["col_data"],
+                    parts["col_scales"].reshape(-1)
+                    if result.swizzled_scales
+                    else parts["col_scales"],
+                    parts["amax_col"],
+                    shape=(n, m_g),
                     swizzled=result.swizzled_scales,
                 )
                 if result.rht and undo_rht:

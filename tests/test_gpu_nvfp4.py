@@ -153,7 +153,10 @@ def test_dequantize_round_trip(swizzled, rng):
     ref = reference.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled)
     y = cutequant.nvfp4_group_dequantize(res, out_dtype=torch.float32)
     want = reference.nvfp4_dequantize(
-        ref[3]["row_data"], ref[3]["row_scales"], ref[3]["amax_row"], shape=(256, 512),
+        ref[3]["row_data"],
+        ref[3]["row_scales"],
+        ref[3]["amax_row"],
+        shape=(256, 512),
         swizzled=swizzled,
     )
     assert torch.equal(y[192:448].cpu(), want.cpu())
