@@ -16,7 +16,7 @@ _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
 
 @dataclass
-class Fp8GroupedTensor:
+class Fp8GroupedTensor(groups.GroupedViews):
     """All groups' FP8 tensors as views into one contiguous buffer per kind.
 
     * ``row_data``: fp8 [M, N] (group g = rows [row_start_g, row_start_g + M_g));
@@ -36,29 +36,15 @@ class Fp8GroupedTensor:
     offsets: torch.Tensor
     _layout: groups.GroupLayout
 
-    @property
-    def num_groups(self) -> int:
-        return self._layout.num_groups
-
-    @property
-    def splits(self) -> tuple[int, ...]:
-        return self._layout.splits()
-
     def group(self, g: int) -> dict:
-        splits = self.splits
-        if not 0 <= g < len(splits):
-            raise IndexError(f"group index {g} out of range for {len(splits)} groups")
-        m_g, n = splits[g], self.n_cols
-        row0 = sum(splits[:g])
+        _, m_g, row0 = self._group_rows(g)
+        n = self.n_cols
         out = {"scale": self.scale[g], "scale_inv": self.scale_inv[g], "amax": self.amax[g]}
         if self.row_data is not None:
             out["row_data"] = self.row_data[row0 : row0 + m_g]
         if self.col_data is not None:
             out["col_data"] = self.col_data[n * row0 : n * (row0 + m_g)].view(n, m_g)
         return out
-
-    def groups(self) -> list[dict]:
-        return [self.group(g) for g in range(self.num_groups)]
 
 
 @functools.cache
@@ -196,10 +182,10 @@ def fp8_group_dequantize(
         raise ValueError("result: has no columnwise data (quantized with columnwise=False)")
     n = result.n_cols
     out = torch.empty(m, n, dtype=out_dtype, device=result.col_data.device)
-    for g, s in enumerate(result.splits):
-        if s:
+    row0 = 0
+    for g, m_g in enumerate(result.splits):
+        if m_g:
             d = result.group(g)["col_data"]
-            out[sum(result.splits[:g]) : sum(result.splits[:g]) + s] = (
-                d.float().t() * result.scale_inv[g]
-            ).to(out_dtype)
+            out[row0 : row0 + m_g] = (d.float().t() * result.scale_inv[g]).to(out_dtype)
+        row0 += m_g
     return out

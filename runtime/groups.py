@@ -76,6 +76,33 @@ class GroupLayout:
             )
 
 
+class GroupedViews:
+    """Per-group access shared by the grouped result classes (they hold ``_layout``)."""
+
+    _layout: GroupLayout
+
+    @property
+    def num_groups(self) -> int:
+        return self._layout.num_groups
+
+    @property
+    def splits(self) -> tuple[int, ...]:
+        return self._layout.splits()
+
+    def _group_rows(self, g: int) -> tuple[tuple[int, ...], int, int]:
+        """(splits, M_g, first row of group g); IndexError for a bad ``g``."""
+        splits = self.splits
+        if not 0 <= g < len(splits):
+            raise IndexError(f"group index {g} out of range for {len(splits)} groups")
+        return splits, splits[g], sum(splits[:g])
+
+    def group(self, g: int) -> dict:
+        raise NotImplementedError
+
+    def groups(self) -> list[dict]:
+        return [self.group(g) for g in range(self.num_groups)]
+
+
 def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
     """Validate host splits (returns them as ints) or the form of device splits (returns None).
     Host-only work: called before anything touches the GPU."""

@@ -17,7 +17,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 @dataclass
-class Nvfp4GroupedTensor:
+class Nvfp4GroupedTensor(groups.GroupedViews):
     """All groups' NVFP4 tensors as views into one contiguous buffer per kind (TE layouts).
 
     * ``row_data``: uint8 [M, N/2], group g = rows [row_start_g, row_start_g + M_g) (even element in
@@ -47,21 +47,10 @@ class Nvfp4GroupedTensor:
     fast_math: bool
     _layout: groups.GroupLayout
 
-    @property
-    def num_groups(self) -> int:
-        return self._layout.num_groups
-
-    @property
-    def splits(self) -> tuple[int, ...]:
-        return self._layout.splits()
-
     def group(self, g: int) -> dict:
         """TE-shaped views of group ``g``: row_data, row_scales, col_data, col_scales, amax."""
-        splits = self.splits
-        if not 0 <= g < len(splits):
-            raise IndexError(f"group index {g} out of range for {len(splits)} groups")
-        m_g, n = splits[g], self.n_cols
-        row0 = sum(splits[:g])
+        splits, m_g, row0 = self._group_rows(g)
+        n = self.n_cols
         out = {"amax_row": self.amax_row[g], "amax_col": self.amax_col[g]}
         if self.row_data is not None:
             cp = _round_up(n // 16, 4)
@@ -76,9 +65,6 @@ class Nvfp4GroupedTensor:
             out["col_data"] = self.col_data[n * row0 // 2 : n * (row0 + m_g) // 2].view(n, m_g // 2)
             out["col_scales"] = self.col_scales[np_ * cs0 : np_ * (cs0 + cg)].view(np_, cg)
         return out
-
-    def groups(self) -> list[dict]:
-        return [self.group(g) for g in range(self.num_groups)]
 
 
 @functools.cache
@@ -232,41 +218,33 @@ def nvfp4_group_dequantize(
         raise TypeError(f"result: expected an Nvfp4GroupedTensor, got {type(result).__name__}")
     _checks.check_flag(columnwise, "columnwise")
     _checks.check_flag(undo_rht, "undo_rht")
-    if (result.col_data if columnwise else result.row_data) is None:
+    side = "col" if columnwise else "row"
+    if getattr(result, f"{side}_data") is None:
         kind = "columnwise" if columnwise else "rowwise"
         raise ValueError(f"result: has no {kind} data (it was quantized without it)")
     n = result.n_cols
     splits = result.splits
-    dev = (result.col_data if columnwise else result.row_data).device
+    dev = getattr(result, f"{side}_data").device
     out = torch.empty(sum(splits), n, dtype=out_dtype, device=dev)
     row0 = 0
     for g, m_g in enumerate(splits):
         if m_g:
             parts = result.group(g)
-            if not columnwise:
-                y = reference.nvfp4_dequantize(
-                    parts["row_data"],
-                    parts["row_scales"].reshape(-1)
-                    if result.swizzled_scales
-                    else parts["row_scales"],
-                    parts["amax_row"],
-                    shape=(m_g, n),
-                    swizzled=result.swizzled_scales,
+            scales = parts[f"{side}_scales"]
+            y = reference.nvfp4_dequantize(
+                parts[f"{side}_data"],
+                scales.reshape(-1) if result.swizzled_scales else scales,
+                parts[f"amax_{side}"],
+                shape=(n, m_g) if columnwise else (m_g, n),
+                swizzled=result.swizzled_scales,
+            )
+            if columnwise:
+                # y is RHT(x_g^T) (or x_g^T): back to [M_g, N]
+                y = (
+                    reference.inverse_rht_along_tokens(y, result.sign_mask)
+                    if (result.rht and undo_rht)
+                    else y.t()
                 )
-            else:
-                yt = reference.nvfp4_dequantize(
-                    parts["col_data"],
-                    parts["col_scales"].reshape(-1)
-                    if result.swizzled_scales
-                    else parts["col_scales"],
-                    parts["amax_col"],
-                    shape=(n, m_g),
-                    swizzled=result.swizzled_scales,
-                )
-                if result.rht and undo_rht:
-                    y = reference.inverse_rht_along_tokens(yt, result.sign_mask)
-                else:
-                    y = yt.t()
             out[row0 : row0 + m_g] = y.to(out_dtype)
         row0 += m_g
     return out
