@@ -10,15 +10,17 @@ The runtime builds, per call, an int32 table ``tables[4, G + 1]`` on the device
 * ``tables[COLSCALE_START, g]`` first column of group g's columnwise NVFP4 scales
   (prefix sum of roundup(split / 16, 4)).
 
-A tile is (64 rows of one group) x (``tile_cols`` columns). Tiles are numbered group by group
-and, inside a group, token-fastest: all row tiles of column tile 0, then of column tile 1, ...
-(global index = ROWTILE_START[g] * col_tiles + col_tile * rowtiles_g + row tile in group). Each
-CTA takes one contiguous range of that numbering: the group of its first tile is found once by
-binary search, later tiles only step forward. Token-fastest order makes consecutive tiles of a
-CTA extend the same rows of the transposed (columnwise) outputs, whose per-tile pieces are only
-32-64 bytes of data and 2-4 bytes of compact scales per row: measured 30-40% faster on grouped
-shapes than column-fastest for the quantize kernels. The read-only amax kernel keeps the
-column-fastest order (consecutive tiles read the same rows' next bytes), ~3% faster for it.
+A tile is (64 rows of one group) x (``tile_cols`` columns). Tiles are numbered group by group;
+inside a group, in bands of ``band`` row tiles: all tiles of band 0 (token-fastest inside the
+band: its row tiles of column tile 0, then of column tile 1, ...), then band 1, ... The last band
+of a group may be narrower. ``band = 1`` is the column-fastest order; ``band = WHOLE_GROUP`` is
+token-fastest over the whole group. Each CTA takes one contiguous range of that numbering: the
+group of its first tile is found once by binary search, later tiles only step forward.
+Token-fastest bands make consecutive tiles of a CTA extend the same rows of the transposed
+(columnwise) outputs, whose per-tile pieces are only 32-64 bytes of data and 2-4 bytes of compact
+scales per row (measured 30-40% faster on grouped shapes than column-fastest for the quantize
+kernels); column-fastest reads and writes whole rows of x and of the rowwise outputs, ~3% faster
+for the read-only amax kernel and 13% for the rowwise-only quantize kernels.
 Neither the group count nor any split size is compile-time.
 """
 
@@ -34,6 +36,7 @@ ROWSCALE_START = 2
 COLSCALE_START = 3
 TABLE_ROWS = 4
 TILE_ROWS = 64  # rows per grouped tile: every split is a multiple of 16, so a tile holds 1-4 blocks
+WHOLE_GROUP = 1 << 26  # a walk band wider than any group (row tiles of an int32 row count: < 2^25)
 
 
 @cute.jit
@@ -53,42 +56,34 @@ def first_tile(
     num_groups: Int32,
     col_tiles: Int32,
     t: Int32,
-    token_fastest: cutlass.Constexpr,
+    band: cutlass.Constexpr,
 ):
-    """Walk state (group, column tile, global row tile, group's first row tile, group's row-tile
-    end) of linear tile ``t`` (binary search over groups; the largest match skips zero-token
-    groups). The group's row-tile range rides along in registers so that the per-tile step
-    needs no global load."""
-    scale = col_tiles if token_fastest else 1
-    key = t if token_fastest else t // col_tiles
+    """Walk state (group, column tile, global row tile, band's first row tile, band's end, group's
+    row-tile end) of linear tile ``t`` (binary search over groups; the largest match skips
+    zero-token groups). The ranges ride along in registers so the per-tile step needs no global
+    load."""
     lo = Int32(0)
     hi = num_groups - 1
     while lo < hi:
         mid = (lo + hi + 1) >> 1
-        if tables[ROWTILE_START, mid] * scale <= key:
+        if tables[ROWTILE_START, mid] * col_tiles <= t:
             lo = mid
         else:
             hi = mid - 1
     start = tables[ROWTILE_START, lo]
-    if cutlass.const_expr(token_fastest):
-        local = t - start * col_tiles
-        n_rows = tables[ROWTILE_START, lo + 1] - start
-        col_tile = local // n_rows
-        row_tile = start + local - col_tile * n_rows
-    else:
-        row_tile = key
-        col_tile = t - key * col_tiles
-    return lo, col_tile, row_tile, start, tables[ROWTILE_START, lo + 1]
-
-
-@cute.jit
-def step(col_tile: Int32, row_tile: Int32, token_fastest: cutlass.Constexpr):
-    """Raw advance to the next tile in the walk order (``normalize`` fixes wrap-arounds)."""
-    if cutlass.const_expr(token_fastest):
-        row_tile += 1
-    else:
-        col_tile += 1
-    return col_tile, row_tile
+    end = tables[ROWTILE_START, lo + 1]
+    local = t - start * col_tiles
+    full_rows = (end - start) // band * band  # row tiles in the group's full bands
+    band_lo = start + local // col_tiles // band * band
+    band_hi = band_lo + band
+    if local >= full_rows * col_tiles:  # the group's last, narrower band
+        band_lo = start + full_rows
+        band_hi = end
+    width = band_hi - band_lo
+    rem = local - (band_lo - start) * col_tiles
+    col_tile = rem // width
+    row_tile = band_lo + rem - col_tile * width
+    return lo, col_tile, row_tile, band_lo, band_hi, end
 
 
 @cute.jit
@@ -98,34 +93,29 @@ def normalize(
     g: Int32,
     col_tile: Int32,
     row_tile: Int32,
-    start: Int32,
+    band_lo: Int32,
+    band_hi: Int32,
     end: Int32,
-    token_fastest: cutlass.Constexpr,
+    band: cutlass.Constexpr,
 ):
-    """After ``step``: wrap to the next column of the group (token-fastest) or the next row tile
-    (column-fastest), and to the next group with tokens (reloading its row-tile range). Only
-    called when another tile exists, so it never walks past the last group."""
-    if cutlass.const_expr(token_fastest):
-        if row_tile == end:
-            col_tile += 1
-            if col_tile == col_tiles:
-                col_tile = Int32(0)
+    """After ``row_tile += 1``: wrap to the band's next column tile, then to the next band, then
+    to the next group with tokens (reloading its row-tile range). Only called when another tile
+    exists, so it never walks past the last group."""
+    if row_tile == band_hi:
+        row_tile = band_lo
+        col_tile += 1
+        if col_tile == col_tiles:
+            col_tile = Int32(0)
+            band_lo = band_hi
+            if band_lo == end:
                 g += 1
                 while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
                     g += 1
-                start = tables[ROWTILE_START, g]
+                band_lo = tables[ROWTILE_START, g]
                 end = tables[ROWTILE_START, g + 1]
-            row_tile = start
-    else:
-        if col_tile == col_tiles:
-            col_tile = Int32(0)
-            row_tile += 1
-            if row_tile >= end:
-                while row_tile >= tables[ROWTILE_START, g + 1]:
-                    g += 1
-                start = tables[ROWTILE_START, g]
-                end = tables[ROWTILE_START, g + 1]
-    return g, col_tile, row_tile, start, end
+            band_hi = cutlass.min(band_lo + band, end)
+            row_tile = band_lo
+    return g, col_tile, row_tile, band_lo, band_hi, end
 
 
 @cute.jit
@@ -140,7 +130,7 @@ def produce_tiles(
     t_begin: Int32,
     t_end: Int32,
     tile_cols: cutlass.Constexpr,
-    token_fastest: cutlass.Constexpr,
+    band: cutlass.Constexpr,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
 
@@ -151,17 +141,19 @@ def produce_tiles(
     the consumers.
     """
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
-    g, col_tile, row_tile, start, end = first_tile(
-        tables, num_groups, col_tiles, t_begin, token_fastest
+    g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
+        tables, num_groups, col_tiles, t_begin, band
     )
     row0_g = tables[ROW_START, g]
+    start = tables[ROWTILE_START, g]
     for _ in range(t_begin, t_end):
         g_prev = g
-        g, col_tile, row_tile, start, end = normalize(
-            tables, col_tiles, g, col_tile, row_tile, start, end, token_fastest
+        g, col_tile, row_tile, band_lo, band_hi, end = normalize(
+            tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
         )
         if g != g_prev:
             row0_g = tables[ROW_START, g]
+            start = tables[ROWTILE_START, g]
         row0 = row0_g + (row_tile - start) * TILE_ROWS
         g_tile = cute.local_tile(
             cute.domain_offset((0, row0), tma_x), (tile_cols, TILE_ROWS), (col_tile, 0)
@@ -182,5 +174,5 @@ def produce_tiles(
         )
         pipe.producer_commit(state)
         state.advance()
-        col_tile, row_tile = step(col_tile, row_tile, token_fastest)
+        row_tile += 1
     pipe.producer_tail(state)

@@ -165,18 +165,23 @@ def bench_nvfp4(case, gen, with_amax_pass, **opts):
     return _rotating(calls), nbytes
 
 
-def bench_fp8(case, gen, scaling, dtype=torch.bfloat16):
-    """fp8_group_quantize, rowwise + columnwise. "delayed" is the cast kernel alone (it also
-    records the amax); "current" adds the grouped amax pass (x read twice)."""
+def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise=True):
+    """fp8_group_quantize (rowwise + columnwise unless told). "delayed" is the cast kernel alone
+    (it also records the amax); "current" adds the grouped amax pass (x read twice)."""
     import cutequant
 
     n_cols, splits, xs = make_inputs(case, gen)
     xs = [x.to(dtype) for x in xs]
     scale = torch.full((len(splits),), 3.0, device="cuda")
-    opts = dict(scaling=scaling, scale=scale if scaling == "delayed" else None)
+    opts = dict(
+        scaling=scaling,
+        scale=scale if scaling == "delayed" else None,
+        rowwise=rowwise,
+        columnwise=columnwise,
+    )
     calls = [lambda x=x: cutequant.fp8_group_quantize(x, splits, **opts) for x in xs]
     m = sum(splits)
-    nbytes = m * n_cols * (xs[0].element_size() + 2)
+    nbytes = m * n_cols * (xs[0].element_size() + int(rowwise) + int(columnwise))
     if scaling == "current":
         nbytes += m * n_cols * xs[0].element_size()
     return _rotating(calls), nbytes
@@ -236,6 +241,8 @@ OPS = {
     "nvfp4_columnwise_only": lambda c, g: bench_nvfp4(c, g, False, rowwise=False),
     "nvfp4_torch_compile_ref": bench_torch_compile_reference,
     "fp8_cast(delayed)": lambda c, g: bench_fp8(c, g, "delayed"),
+    "fp8_cast_rowwise_only": lambda c, g: bench_fp8(c, g, "delayed", columnwise=False),
+    "fp8_cast_columnwise_only": lambda c, g: bench_fp8(c, g, "delayed", rowwise=False),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
 }

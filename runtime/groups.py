@@ -158,17 +158,39 @@ def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
     return values
 
 
-def _workspace(device: torch.device, stream: int, num_groups: int):
-    """Per (device, stream) table + status buffers, grown geometrically, reused across calls."""
-    key = (device.index, stream)
+@dataclass
+class Workspace:
+    """Per (device, stream) scratch, reused by every call on that stream (calls on one stream
+    run in order, so one set suffices):
+
+    * ``tables``: int32 room for device-built lookup tables, ``status``: their validity flag;
+    * ``amax_acc``: int32 [>= 2 G] atomic amax accumulators, ``counter``: int32 [1] CTA arrival
+      count, both zero between launches: a kernel that accumulates an amax zeroes them again in
+      its last CTA (``kernels.device.publish_amax``), so no call needs a memset;
+    * ``ok``: int32 [1] zero, the status of host-built tables.
+    """
+
+    tables: torch.Tensor
+    status: torch.Tensor
+    amax_acc: torch.Tensor
+    counter: torch.Tensor
+    ok: torch.Tensor
+
+
+def workspace(device: torch.device, num_groups: int) -> Workspace:
+    """The current stream's workspace, grown geometrically to hold ``num_groups`` groups."""
+    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
     with _LOCK:
         ws = _WORKSPACES.get(key)
-        need = 4 * (num_groups + 1)
-        if ws is None or ws[0].numel() < need:
-            cap = max(need, 4 * 1025, 0 if ws is None else 2 * ws[0].numel())
-            ws = (
-                torch.empty(cap, dtype=torch.int32, device=device),
-                torch.empty(1, dtype=torch.int32, device=device),
+        if ws is None or ws.amax_acc.numel() < 2 * num_groups:
+            groups_cap = max(num_groups, 1024, 0 if ws is None else ws.amax_acc.numel())
+            i32 = dict(dtype=torch.int32, device=device)
+            ws = Workspace(
+                tables=torch.empty(4 * (groups_cap + 1), **i32),
+                status=torch.zeros(1, **i32),
+                amax_acc=torch.zeros(2 * groups_cap, **i32),
+                counter=torch.zeros(1, **i32),
+                ok=torch.zeros(1, **i32),
             )
             _WORKSPACES[key] = ws
     return ws
@@ -215,8 +237,9 @@ def _device_groups(
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = torch.cuda.current_stream(device)
-    buf, status = _workspace(device, stream.cuda_stream, num_groups)
-    tables = buf[: 4 * (num_groups + 1)].view(4, num_groups + 1)
+    ws = workspace(device, num_groups)
+    status = ws.status
+    tables = ws.tables[: 4 * (num_groups + 1)].view(4, num_groups + 1)
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )

@@ -140,7 +140,7 @@ def nvfp4_group_quantize(
     if amax is not None:
         poison = None
     else:
-        amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)
+        amax = _launch.output_allocator((2, num_groups), torch.float32, dev)  # amax pass writes it
         poison = amax
     layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
 

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import cutequant
-from cutequant import jit, reference
-from cutequant.testing import grouped_input, random_splits
+from cutequant import groups, jit, reference
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
 
@@ -34,9 +34,10 @@ def _same(got, ref):
 
 
 def _check(x, splits, rht, sign_mask=0xD7E8, device_splits=None):
-    got_row, got_col = cutequant.group_amax(
-        x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
-    )
+    with poisoned_outputs():  # every amax entry must be written
+        got_row, got_col = cutequant.group_amax(
+            x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
+        )
     ref_row, ref_col = reference.group_amax(x, splits, rht=rht, sign_mask=sign_mask)
     torch.cuda.synchronize()
     assert _same(got_row, ref_row), (got_row, ref_row)
@@ -96,3 +97,22 @@ def test_one_compile_for_any_splits_and_rows(rng):
         cutequant.group_amax(x, m_groups)
     torch.cuda.synchronize()
     assert jit.stats.compiles + jit.stats.disk_loads - before == 1
+
+
+def test_workspace_left_zeroed_and_no_stale_maxima(rng):
+    """The last CTA hands the accumulators back zeroed: a large-amax call followed by a
+    small-amax call on the same stream must not leak the first call's maxima."""
+    splits = [256, 0, 512, 64]
+    big = grouped_input(splits, 1024, rng) * 1000
+    small = grouped_input(splits, 1024, rng)
+    for x in (big, small, big[:320], small[:320]):
+        s = splits if x.shape[0] == 832 else [256, 0, 64, 0]
+        _check(x, s, rht=True)
+        _check(x, s, rht=False)
+    for g in (300, 1):  # more groups than the workspace had, then fewer
+        s = [16] * g
+        _check(grouped_input(s, 128, rng), s, rht=True)
+    torch.cuda.synchronize()
+    ws = groups.workspace(big.device, 1)
+    assert int(ws.counter.item()) == 0
+    assert int(ws.amax_acc.abs().max().item()) == 0

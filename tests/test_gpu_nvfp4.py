@@ -160,3 +160,24 @@ def test_dequantize_round_trip(swizzled, rng):
         swizzled=swizzled,
     )
     assert torch.equal(y[192:448].cpu(), want.cpu())
+
+
+@pytest.mark.parametrize("band", [1, 3])
+def test_walk_bands(band, monkeypatch, rng):
+    """Other tile-walk band heights (default: see TilePlan) cover every tile exactly once:
+    groups of many 64-row tiles, not multiples of the band, a partial last tile, empty groups."""
+    import dataclasses
+
+    from cutequant import nvfp4
+
+    builder = nvfp4._spec
+
+    def with_band(*args):
+        spec = builder(*args)
+        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, walk_band=band))
+
+    monkeypatch.setattr(nvfp4, "_spec", with_band)
+    splits = [0, 1008, 64, 0, 448, 16, 2000]
+    x = grouped_input(splits, 528, rng)
+    check_quantize(x, splits)
+    check_quantize(x, splits, swizzled_scales=True, rowwise=False)

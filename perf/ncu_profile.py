@@ -1,0 +1,35 @@
+"""Hardware counters for one call of each benchmarked op, for Nsight Compute:
+
+    ncu --clock-control none --profile-from-start off --section SpeedOfLight \\
+        --section WarpStateStats --section SchedulerStats python3 perf/ncu_profile.py OP[,OP] [CASE]
+
+Each op is built and warmed up (JIT compile, allocator) outside the profiled range; exactly one
+call per (op, case) runs between cudaProfilerStart/Stop, so ncu sees only those launches."""
+
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+import bench  # noqa: E402
+
+
+def main(argv):
+    ops = argv[0].split(",")
+    cases = argv[1].split(",") if len(argv) > 1 else ["dense 8192x5120"]
+    for op in ops:
+        for case in cases:
+            gen = torch.Generator().manual_seed(1234)
+            fn, _ = bench.OPS[op](case, gen)
+            for _ in range(3):
+                fn()
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStart()
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.cudart().cudaProfilerStop()
+            print(f"profiled {op} / {case}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,66 @@
+"""Sweep one TilePlan field (``stages``: TMA ring depth, ``walk_band``: row tiles per band of the
+tile walk) of the quantize kernels.
+
+Usage (GPU): python perf/plan_sweep.py --field walk_band --values 1,2,4,8,0 [--ops fp8,nvfp4]
+Patches the runtime's spec builders so each run compiles the chosen value, then times the cast
+kernel alone (FP8 delayed scaling; NVFP4 with a precomputed amax) with perf/bench.py's harness.
+"""
+
+import argparse
+import dataclasses
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+import bench  # noqa: E402
+import torch  # noqa: E402
+
+from cutequant import fp8, nvfp4  # noqa: E402
+
+
+def _with_plan(builder, field, value):
+    def build(*args, **kwargs):
+        spec = builder(*args, **kwargs)
+        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, **{field: value}))
+
+    return build
+
+
+OPS = {
+    "fp8": lambda c, g: bench.bench_fp8(c, g, "delayed"),
+    "fp8_rowwise": lambda c, g: bench.bench_fp8(c, g, "delayed", columnwise=False),
+    "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False, swizzled_scales=True),
+    "nvfp4_compact": lambda c, g: bench.bench_nvfp4(c, g, False),
+}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--field", default="stages", choices=("stages", "walk_band"))
+    p.add_argument("--values", default="3,4,6,8")
+    p.add_argument("--ops", default="fp8,nvfp4")
+    p.add_argument("--cases", default=",".join(bench.CASES))
+    args = p.parse_args()
+    copy = bench.copy_bandwidth_gbps()
+    print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
+    fp8_spec, nvfp4_spec = fp8._spec, nvfp4._spec
+    for value in (int(v) for v in args.values.split(",")):
+        fp8._spec = _with_plan(fp8_spec, args.field, value)
+        nvfp4._spec = _with_plan(nvfp4_spec, args.field, value)
+        for op in args.ops.split(","):
+            for case in args.cases.split(","):
+                gen = torch.Generator().manual_seed(1234)
+                fn, nbytes = OPS[op](case, gen)
+                us = bench.graph_time_us(fn)
+                gbps = nbytes / us / 1e3
+                print(
+                    f"{args.field}={value} {op:14s} {case:24s} {us:8.1f} us"
+                    f" {100 * gbps / copy:5.1f}%",
+                    flush=True,
+                )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
