@@ -23,19 +23,23 @@ FP8_DTYPES = ("e4m3", "e5m2")
 @dataclass(frozen=True)
 class TilePlan:
     """Static tiling of a grouped kernel: 64-row tiles (see kernels/schedule.py) of
-    ``tile_cols`` columns, a ``stages``-deep TMA ring, ``consumer_warpgroups`` consumers, and the
-    tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default)."""
+    ``tile_cols`` columns, a ``stages``-deep TMA ring, ``consumer_warpgroups`` consumers, the
+    tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default), and
+    ``ctas_per_sm`` persistent CTAs launched per multiprocessor."""
 
     tile_cols: int = 128
     stages: int = 4
     consumer_warpgroups: int = 2
     walk_band: int = 0
+    ctas_per_sm: int = 1
 
     def __post_init__(self):
         if self.tile_cols % (64 * self.consumer_warpgroups):
             raise ValueError("tile_cols must split into 64-column slices, one per warpgroup")
         if not 2 <= self.stages <= 8:
             raise ValueError("stages must be in [2, 8]")
+        if self.ctas_per_sm not in (1, 2):
+            raise ValueError("ctas_per_sm must be 1 or 2")
         if not 0 <= self.walk_band <= 1 << 20:
             raise ValueError("walk_band must be in [0, 2^20] (0: the kernel's default)")
 

@@ -1,7 +1,8 @@
-"""Sweep one TilePlan field (``stages``: TMA ring depth, ``walk_band``: row tiles per band of the
-tile walk) of the quantize kernels.
+"""Sweep TilePlan settings (``stages``: TMA ring depth, ``walk_band``: row tiles per band of the
+tile walk, ``ctas_per_sm``) of the quantize kernels.
 
-Usage (GPU): python perf/plan_sweep.py --field walk_band --values 1,2,4,8,0 [--ops fp8,nvfp4]
+Usage (GPU): python perf/plan_sweep.py --configs "walk_band=1 walk_band=0 stages=6,ctas_per_sm=2"
+    [--ops fp8,nvfp4]
 Patches the runtime's spec builders so each run compiles the chosen value, then times the cast
 kernel alone (FP8 delayed scaling; NVFP4 with a precomputed amax) with perf/bench.py's harness.
 """
@@ -19,10 +20,10 @@ import torch  # noqa: E402
 from cutequant import fp8, nvfp4  # noqa: E402
 
 
-def _with_plan(builder, field, value):
+def _with_plan(builder, settings):
     def build(*args, **kwargs):
         spec = builder(*args, **kwargs)
-        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, **{field: value}))
+        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, **settings))
 
     return build
 
@@ -37,17 +38,17 @@ OPS = {
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--field", default="stages", choices=("stages", "walk_band"))
-    p.add_argument("--values", default="3,4,6,8")
+    p.add_argument("--configs", default="stages=3 stages=4 stages=6 stages=8")
     p.add_argument("--ops", default="fp8,nvfp4")
     p.add_argument("--cases", default=",".join(bench.CASES))
     args = p.parse_args()
     copy = bench.copy_bandwidth_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
     fp8_spec, nvfp4_spec = fp8._spec, nvfp4._spec
-    for value in (int(v) for v in args.values.split(",")):
-        fp8._spec = _with_plan(fp8_spec, args.field, value)
-        nvfp4._spec = _with_plan(nvfp4_spec, args.field, value)
+    for config in args.configs.split():
+        settings = {k: int(v) for k, v in (kv.split("=") for kv in config.split(","))}
+        fp8._spec = _with_plan(fp8_spec, settings)
+        nvfp4._spec = _with_plan(nvfp4_spec, settings)
         for op in args.ops.split(","):
             for case in args.cases.split(","):
                 gen = torch.Generator().manual_seed(1234)
@@ -55,8 +56,7 @@ def main() -> int:
                 us = bench.graph_time_us(fn)
                 gbps = nbytes / us / 1e3
                 print(
-                    f"{args.field}={value} {op:14s} {case:24s} {us:8.1f} us"
-                    f" {100 * gbps / copy:5.1f}%",
+                    f"{config:24s} {op:14s} {case:24s} {us:8.1f} us {100 * gbps / copy:5.1f}%",
                     flush=True,
                 )
     return 0

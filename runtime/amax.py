@@ -73,8 +73,9 @@ def launch_group_amax(
     callers validated. The kernel accumulates in the stream's workspace and leaves it zeroed."""
     m_rows, n_cols = x.shape
     ws = groups.workspace(x.device, layout.num_groups)
+    spec = _spec(arch, rht, in_dtype)
     _launch.run(
-        _spec(arch, rht, in_dtype),
+        spec,
         _launch.ptr(x) if m_rows > 0 else _launch.ptr(groups.dummy_buffer(x.device)),
         max(m_rows, 1),
         n_cols,
@@ -85,6 +86,6 @@ def launch_group_amax(
         _launch.ptr(ws.counter, 4),
         _launch.ptr(layout.status if layout.status is not None else ws.ok, 4),
         sign_mask,
-        _launch.sm_count(x.device),
+        _launch.sm_count(x.device) * spec.plan.ctas_per_sm,
         stream=torch.cuda.current_stream(x.device),
     )

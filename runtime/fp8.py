@@ -151,7 +151,7 @@ def fp8_group_quantize(
             _launch.ptr(layout.status if layout.status is not None else ws.ok, 4),
             float(amax_epsilon),
             int(force_pow2_scales),
-            _launch.sm_count(dev),
+            _launch.sm_count(dev) * spec.plan.ctas_per_sm,
             stream=torch.cuda.current_stream(dev),
         )
     return Fp8GroupedTensor(

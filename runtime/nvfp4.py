@@ -178,7 +178,7 @@ def nvfp4_group_quantize(
             _launch.ptr(col_data if columnwise else dummy, 16),
             _launch.ptr(col_scales if columnwise else dummy, 16),
             sign_mask,
-            _launch.sm_count(dev),
+            _launch.sm_count(dev) * spec.plan.ctas_per_sm,
             stream=torch.cuda.current_stream(dev),
         )
     return Nvfp4GroupedTensor(
