@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(__file__))
 import bench  # noqa: E402
 import torch  # noqa: E402
 
-from cutequant import fp8, nvfp4  # noqa: E402
+from cutequant import amax, fp8, nvfp4  # noqa: E402
 
 
 def _with_plan(builder, settings):
@@ -29,6 +29,7 @@ def _with_plan(builder, settings):
 
 
 OPS = {
+    "amax_rht": lambda c, g: bench.bench_amax(c, g, rht=True),
     "fp8": lambda c, g: bench.bench_fp8(c, g, "delayed"),
     "fp8_rowwise": lambda c, g: bench.bench_fp8(c, g, "delayed", columnwise=False),
     "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False, swizzled_scales=True),
@@ -44,11 +45,11 @@ def main() -> int:
     args = p.parse_args()
     copy = bench.copy_bandwidth_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
-    fp8_spec, nvfp4_spec = fp8._spec, nvfp4._spec
+    builders = {m: m._spec for m in (amax, fp8, nvfp4)}
     for config in args.configs.split():
         settings = {k: int(v) for k, v in (kv.split("=") for kv in config.split(","))}
-        fp8._spec = _with_plan(fp8_spec, settings)
-        nvfp4._spec = _with_plan(nvfp4_spec, settings)
+        for module, builder in builders.items():
+            module._spec = _with_plan(builder, settings)
         for op in args.ops.split(","):
             for case in args.cases.split(","):
                 gen = torch.Generator().manual_seed(1234)
