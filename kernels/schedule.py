@@ -175,7 +175,4 @@ def produce_tiles(
         pipe.producer_commit(state)
         state.advance()
         row_tile += 1
-    # All of this CTA's loads are issued: the next kernel on the stream (launched with PDL) may
-    # start its prologue; its griddepcontrol.wait still waits for this grid to finish.
-    cute.arch.griddepcontrol_launch_dependents()
     pipe.producer_tail(state)
