@@ -124,6 +124,7 @@ class Nvfp4QuantizeSpec(KernelSpec):
     rht: bool = True
     swizzled: bool = False
     fast_math: bool = False
+    stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
 
     def __post_init__(self):

@@ -163,6 +163,12 @@ def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def mul_hi_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    """High 32 bits of the 64-bit product (the low half is plain ``a * b``)."""
+    return _u32_op("mul.hi.u32 $0, $1, $2;", a, b, loc, ip)
+
+
+@dsl_user_op
 def f16x2_to_f32x2(word: Uint32, *, loc=None, ip=None):
     """Exact f16 -> fp32 of both halves of ``word`` (low half first)."""
     return _u32_to_f32x2(
@@ -230,9 +236,12 @@ def publish_amax(
     status: cute.Tensor,
     flag: cute.Tensor,
     threads: cutlass.Constexpr,
+    scale_from: Int32,
+    scale: Float32,
 ):
     """Grid epilogue of an atomic amax: the last CTA to finish copies the workspace accumulators
-    ``acc`` (int32 fp32 bit patterns, zero on entry) to ``out`` and zeroes ``acc`` and the
+    ``acc`` (int32 fp32 bit patterns, zero on entry) to ``out`` (entries from ``scale_from`` on
+    times ``scale``: post-RHT amax estimation) and zeroes ``acc`` and the
     arrival ``counter`` again, so the next launch on the stream finds them ready without a
     memset (a memset node cost ~1-2 us per call). ``out`` is left alone when ``status[0]`` flags
     bad device splits (the tables kernel has set it to NaN). Every thread of every CTA must call
@@ -253,7 +262,10 @@ def publish_amax(
         for i in range(tidx, cute.size(acc), threads):
             v = cute.arch.atomic_exch(acc.iterator + i, Int32(0), sem="relaxed", scope="gpu")
             if valid:
-                out[i] = bits_f32(Uint32(v))
+                a = bits_f32(Uint32(v))
+                if i >= scale_from:
+                    a = a * scale
+                out[i] = a
         if tidx == 0:
             counter[0] = Int32(0)
 
@@ -326,6 +338,12 @@ def fma_rn(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
     return _f32_op("fma.rn.f32 $0, $1, $2, $3;", (a, b, c), loc, ip)
 
 
+@dsl_user_op
+def fma_rm(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
+    """Fused a*b+c rounded toward -inf (against 2^23: floor, for stochastic rounding)."""
+    return _f32_op("fma.rm.f32 $0, $1, $2, $3;", (a, b, c), loc, ip)
+
+
 @cute.jit
 def global_encode_scale(amax: Float32) -> Float32:
     """S_enc = fmin(f32(2688 / amax), FLT_MAX); 1 when amax == 0 or the result is 0 (amax inf)."""
@@ -376,17 +394,21 @@ def e2m1_code_bits(v: Float32) -> Uint32:
 
 
 def e2m1x8(v) -> Uint32:
-    """Eight fp32 values (already times enc) -> eight e2m1 nibbles, element 0 in bits 0-3.
+    """Eight fp32 values (already times enc) -> eight e2m1 nibbles (RNE), element 0 in bits
+    0-3. NaN gives code 7 (+6) like the hardware cvt: fmin(NaN, 6) = 6, and NVIDIA arithmetic
+    returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN operand of v = x * enc."""
+    return pack_e2m1x8(v, [e2m1_code_bits(x) for x in v])
 
-    NaN gives code 7 (+6) like the hardware cvt: fmin(NaN, 6) = 6, and NVIDIA arithmetic
-    returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN operand of v = x * enc.
-    Codes: two per byte, bytes gathered with PRMT; signs: PRMT sign-replicate of each value's
-    top byte, masked into bits 3 / 7 of each byte.
+
+def pack_e2m1x8(v, code_bits) -> Uint32:
+    """Eight magnitude codes (bits 0-2 of each ``code_bits`` word) and the signs of ``v`` ->
+    one word of nibbles, element 0 in bits 0-3. Codes: two per byte, bytes gathered with PRMT;
+    signs: PRMT sign-replicate of each value's top byte, masked into bits 3 / 7 of each byte.
     """
     pairs = []
     for j in range(4):
-        lo = e2m1_code_bits(v[2 * j])
-        hi = e2m1_code_bits(v[2 * j + 1])
+        lo = code_bits[2 * j]
+        hi = code_bits[2 * j + 1]
         pairs.append((lo & Uint32(0x07)) | ((hi << 4) & Uint32(0x70)))
     codes = prmt(prmt(pairs[0], pairs[1], 0x0040), prmt(pairs[2], pairs[3], 0x0040), 0x5410)
     bits = [f32_bits(v[i]) for i in range(8)]

@@ -237,6 +237,12 @@ OPS = {
     "nvfp4_quantize_swizzled": lambda c, g: bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_quantize_fastmath": lambda c, g: bench_nvfp4(c, g, False, fast_math=True),
     "nvfp4_quantize+amax": lambda c, g: bench_nvfp4(c, g, True),
+    "nvfp4_quantize+amax_estimated": lambda c, g: bench_nvfp4(
+        c, g, True, amax_estimation_scale=2.0
+    ),
+    "nvfp4_quantize_sr": lambda c, g: bench_nvfp4(
+        c, g, False, stochastic_rounding=True, rng_state=torch.tensor([7, 0], device="cuda")
+    ),
     "nvfp4_rowwise_only": lambda c, g: bench_nvfp4(c, g, False, columnwise=False, rht=False),
     "nvfp4_columnwise_only": lambda c, g: bench_nvfp4(c, g, False, rowwise=False),
     "nvfp4_torch_compile_ref": bench_torch_compile_reference,

@@ -68,9 +68,11 @@ def launch_group_amax(
     sign_mask: int,
     arch: str,
     in_dtype: str = "bf16",
+    col_scale: float = 1.0,
 ) -> None:
     """Write every entry of ``amax[2, G]`` (contiguous fp32; any contents on entry). No checks:
-    callers validated. The kernel accumulates in the stream's workspace and leaves it zeroed."""
+    callers validated. The kernel accumulates in the stream's workspace and leaves it zeroed.
+    ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without ``rht``)."""
     m_rows, n_cols = x.shape
     ws = groups.workspace(x.device, layout.num_groups)
     spec = _spec(arch, rht, in_dtype)
@@ -86,6 +88,7 @@ def launch_group_amax(
         _launch.ptr(ws.counter, 4),
         _launch.ptr(layout.status if layout.status is not None else ws.ok, 4),
         sign_mask,
+        float(col_scale),
         _launch.sm_count(x.device) * spec.plan.ctas_per_sm,
         stream=torch.cuda.current_stream(x.device),
     )

@@ -41,6 +41,7 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
                 rht=(rht,),
                 swizzled=(False, True),
                 fast_math=(False, True),
+                stochastic=(False, True),
             )
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         out += _variants(

@@ -27,7 +27,9 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
       ``col_scales``: uint8 flat, group g a [roundup(N, 128), roundup(M_g/16, 4)] block;
     * ``amax_row``, ``amax_col``: fp32 [G];
     * ``offsets``: int64 [4, G + 1] device tensor of byte offsets of every group's block in
-      (row_data, row_scales, col_data, col_scales): what a grouped GEMM consumes.
+      (row_data, row_scales, col_data, col_scales): what a grouped GEMM consumes;
+    * ``rng_state``: with stochastic rounding, the int64 [2] (seed, offset) device tensor the
+      kernel used (``cutequant.reference`` reproduces the random bits from it), else None.
 
     Padding bytes of the scale blocks are zero in both layouts. Per-group views (``group(g)``)
     need the split sizes on the host: with device splits the first access synchronizes once.
@@ -45,6 +47,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     rht: bool
     sign_mask: int
     fast_math: bool
+    rng_state: torch.Tensor | None
     _layout: groups.GroupLayout
 
     def group(self, g: int) -> dict:
@@ -68,7 +71,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
 
 
 @functools.cache
-def _spec(arch, rowwise, columnwise, rht, swizzled, fast_math) -> Nvfp4QuantizeSpec:
+def _spec(arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic) -> Nvfp4QuantizeSpec:
     return Nvfp4QuantizeSpec(
         arch=arch,
         rowwise=rowwise,
@@ -76,7 +79,36 @@ def _spec(arch, rowwise, columnwise, rht, swizzled, fast_math) -> Nvfp4QuantizeS
         rht=rht,
         swizzled=swizzled,
         fast_math=fast_math,
+        stochastic=stochastic,
     )
+
+
+def _check_estimation_scale(scale, amax, columnwise: bool) -> None:
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"amax_estimation_scale: expected a float, got {type(scale).__name__}")
+    if not (0.0 < scale < float("inf")):
+        raise ValueError(f"amax_estimation_scale: must be positive and finite, got {scale}")
+    if amax is not None:
+        raise ValueError("amax_estimation_scale: not with a given amax (it replaces the amax pass)")
+    if not columnwise:
+        raise ValueError("amax_estimation_scale: estimates the columnwise amax; columnwise=False")
+
+
+def _check_rng_state(rng_state, stochastic_rounding: bool, device: torch.device):
+    if rng_state is None:
+        return None
+    if not stochastic_rounding:
+        raise ValueError("rng_state: only used with stochastic_rounding=True")
+    if not isinstance(rng_state, torch.Tensor):
+        raise TypeError(f"rng_state: expected a tensor, got {type(rng_state).__name__}")
+    if rng_state.dtype != torch.int64 or tuple(rng_state.shape) != (2,):
+        raise ValueError(
+            f"rng_state: must be int64 of shape (2,) = (seed, offset), got {rng_state.dtype} "
+            f"{tuple(rng_state.shape)}"
+        )
+    if rng_state.device != device:
+        raise ValueError(f"rng_state: on {rng_state.device}, but x is on {device}")
+    return rng_state.contiguous()
 
 
 def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
@@ -111,6 +143,9 @@ def nvfp4_group_quantize(
     swizzled_scales: bool = False,
     fast_math: bool = False,
     amax=None,
+    stochastic_rounding: bool = False,
+    rng_state: torch.Tensor | None = None,
+    amax_estimation_scale: float | None = None,
 ) -> Nvfp4GroupedTensor:
     """Grouped NVFP4 quantization of bf16 ``x[sum(splits), N]`` (TE numerics, bit-exact).
 
@@ -118,6 +153,14 @@ def nvfp4_group_quantize(
     random Hadamard transform along tokens, ``sign_mask`` sign flips) or of x_g^T when ``rht``
     is False. ``amax``: per-group (row, col) amax to use; computed with ``group_amax`` when None.
     ``fast_math``: TE's fast-math (rcp.approx reciprocal, no bf16 rounding of the RHT output).
+    ``stochastic_rounding``: the e2m1 values of both directions are rounded stochastically (TE's
+    SR rule, te_semantics.md §1.4; the scales are unchanged) with Philox4x32-10 bits drawn from
+    ``rng_state`` (int64 [2] = (seed, offset) on x's device); when None, a fresh state is drawn
+    with ``torch.randint`` on x's device (CUDA-graph safe). The bits are a function of the
+    state and each block's position only, so a result is reproducible from its ``rng_state``.
+    ``amax_estimation_scale``: post-RHT amax estimation (TE PR #2521, te_semantics.md §3.4): the
+    amax pass skips the RHT and sets ``amax_col = amax_row * scale`` (TE's defaults: 2.0 for
+    activations, 1.0 for gradients); not with a given ``amax``.
     """
     m_rows, n_cols = _checks.check_x(x)
     for name, flag in (
@@ -126,6 +169,7 @@ def nvfp4_group_quantize(
         ("rht", rht),
         ("swizzled_scales", swizzled_scales),
         ("fast_math", fast_math),
+        ("stochastic_rounding", stochastic_rounding),
     ):
         _checks.check_flag(flag, name)
     if not (rowwise or columnwise):
@@ -135,8 +179,13 @@ def nvfp4_group_quantize(
     groups.check_splits(splits, m_rows)
     if amax is not None:
         amax = _check_amax(amax, num_groups, x.device)
+    rng_state = _check_rng_state(rng_state, stochastic_rounding, x.device)
+    if amax_estimation_scale is not None:
+        _check_estimation_scale(amax_estimation_scale, amax, columnwise)
     arch = _checks.check_device(x)
     dev = x.device
+    if stochastic_rounding and rng_state is None:
+        rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
     if amax is not None:
         poison = None
     else:
@@ -161,9 +210,26 @@ def nvfp4_group_quantize(
     col_scales = empty((np_ * cs_cols,), u8, dev) if columnwise else None
 
     if poison is not None:
-        launch_group_amax(x, layout, amax, rht=rht and columnwise, sign_mask=sign_mask, arch=arch)
+        estimate = amax_estimation_scale is not None
+        launch_group_amax(
+            x,
+            layout,
+            amax,
+            rht=rht and columnwise and not estimate,
+            sign_mask=sign_mask,
+            arch=arch,
+            col_scale=amax_estimation_scale if estimate else 1.0,
+        )
     if m_rows > 0:
-        spec = _spec(arch, rowwise, columnwise, rht and columnwise, swizzled_scales, fast_math)
+        spec = _spec(
+            arch,
+            rowwise,
+            columnwise,
+            rht and columnwise,
+            swizzled_scales,
+            fast_math,
+            stochastic_rounding,
+        )
         dummy = groups.dummy_buffer(dev)  # pointer for disabled outputs (never written)
         _launch.run(
             spec,
@@ -177,6 +243,12 @@ def nvfp4_group_quantize(
             _launch.ptr(row_scales if rowwise else dummy, 16),
             _launch.ptr(col_data if columnwise else dummy, 16),
             _launch.ptr(col_scales if columnwise else dummy, 16),
+            _launch.ptr(
+                rng_state.view(torch.int32)
+                if stochastic_rounding
+                else groups.workspace(dev, num_groups).ok,  # never read
+                8,
+            ),
             sign_mask,
             _launch.sm_count(dev) * spec.plan.ctas_per_sm,
             stream=torch.cuda.current_stream(dev),
@@ -194,6 +266,7 @@ def nvfp4_group_quantize(
         rht=rht and columnwise,
         sign_mask=sign_mask,
         fast_math=fast_math,
+        rng_state=rng_state,
         _layout=layout,
     )
 

@@ -312,6 +312,24 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
     return code | ((torch.signbit(v) & ~nan).to(torch.uint8) << 3)
 
 
+def e2m1_encode_sr(v: torch.Tensor, rbytes: torch.Tensor) -> torch.Tensor:
+    """§1.4: stochastic rounding to E2M1 with one random byte per element (uint8, same shape),
+    TE's software emulation written literally: ``u = byte / 256``, ``t = |v| + u * step(|v|)``
+    (fp32), step 0.5 / 1 / 2 for |v| in [0, 2) / [2, 4) / [4, inf), ``q = min(floor(t /
+    step(t)) * step(t), 6)``; sign copied (so -0 stays -0), NaN -> code 7 (+6)."""
+    v = v.to(_F32)
+    a = v.abs()
+
+    def step(t):
+        return torch.where(t < 2, 0.5, torch.where(t < 4, 1.0, 2.0)).to(_F32)
+
+    t = a + (rbytes.to(_F32) / 256) * step(a)
+    q = torch.fmin(torch.floor(t / step(t)) * step(t), _f32(6.0, v.device))
+    nan = torch.isnan(v)
+    code = torch.where(nan, 7, e2m1_encode(q).to(torch.int64)).to(torch.uint8)
+    return code | ((torch.signbit(v) & ~nan).to(torch.uint8) << 3)
+
+
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     """E2M1 code (0..15) -> fp32 (code 8 -> -0.0)."""
     lut = torch.tensor(_E2M1_VALUES, dtype=_F32, device=codes.device)
@@ -347,9 +365,12 @@ def nvfp4_quantize_rows(
     *,
     fast_math: bool = False,
     reciprocal: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    rbytes: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """1D NVFP4 quantization of each row of ``v`` ``[R, C]`` in 16-element blocks (§1.2, §1.3,
     §1.5, checklist 9).  ``v``: bf16 or fp32 (fp32 is NOT pre-rounded), ``C % 16 == 0``.
+    ``rbytes`` (uint8 ``[R, C/16, 16]``): stochastic rounding of the elements with these random
+    bytes (:func:`e2m1_encode_sr`) instead of RN; the scales do not change.
 
     All ops fp32::
 
@@ -387,7 +408,10 @@ def nvfp4_quantize_rows(
         enc = (reciprocal or _exact_reciprocal)(denom).to(_F32)
     else:
         enc = torch.fmin(_f32(1.0, dev) / denom, flt_max)
-    codes = e2m1_encode(vf * enc.unsqueeze(-1)).reshape(rows, cols)
+    scaled = vf * enc.unsqueeze(-1)
+    codes = (e2m1_encode(scaled) if rbytes is None else e2m1_encode_sr(scaled, rbytes)).reshape(
+        rows, cols
+    )
     scales = torch.zeros((_roundup(rows, 128), _roundup(nb, 4)), dtype=torch.uint8, device=dev)
     scales[:rows, :nb] = sf
     return pack_fp4(codes), scales
@@ -510,6 +534,8 @@ def nvfp4_group_quantize(
     fast_math: bool = False,
     amax: tuple[torch.Tensor, torch.Tensor] | None = None,
     reciprocal: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    stochastic_rounding: bool = False,
+    rng_state: torch.Tensor | Sequence[int] | None = None,
 ) -> list[dict]:
     """§5.1 ``split_quantize`` for NVFP4 (1D, RN), one dict per group ``x_g`` ``[M_g, N]``.
 
@@ -522,9 +548,22 @@ def nvfp4_group_quantize(
     ``reciprocal``) apply to the enc multiplier of BOTH directions, as in the fused RHT kernel.
     ``amax``: optional ``(amax_row [G], amax_col [G])`` used instead of :func:`group_amax`.
     Zero-token groups get correctly shaped empty tensors (row scales ``[0, roundup(N/16,4)]``,
-    col scales ``[roundup(N,128), 0]``).
+    col scales ``[roundup(N,128), 0]``).  ``stochastic_rounding``: elements are rounded with
+    :func:`e2m1_encode_sr`, random bytes from ``rng_state = (seed, offset)`` as defined in
+    ``cutequant.kernels.stochastic`` (block ids over the whole of ``x``).
     """
     groups = _split_rows(x, splits)
+    rand = None
+    if stochastic_rounding:
+        from cutequant import philox
+
+        seed, offset = (int(v) for v in rng_state)
+        m_all, n = x.shape
+
+        def rand(direction, rows, blocks, row_stride):
+            ids = rows[:, None] * row_stride + blocks[None, :]
+            return philox.block_random_bytes(ids, direction, seed, offset)
+
     if amax is None:
         amax_row, amax_col = group_amax(x, splits, rht=rht, sign_mask=sign_mask)
     else:
@@ -537,21 +576,31 @@ def nvfp4_group_quantize(
         return data, (swizzle_scales(scales) if swizzled_scales else scales)
 
     out = []
+    row0 = 0
     for g, xg in enumerate(groups):
+        m_g = xg.shape[0]
         res = {"amax_row": amax_row[g].clone(), "amax_col": amax_col[g].clone()}
+        opts = dict(fast_math=fast_math, reciprocal=reciprocal)
         if rowwise:
+            if rand is not None:
+                tokens = torch.arange(row0, row0 + m_g, device=x.device)
+                opts["rbytes"] = rand(0, tokens, torch.arange(n // 16, device=x.device), n // 16)
             res["row_data"], res["row_scales"] = finish(
-                *nvfp4_quantize_rows(xg, amax_row[g], fast_math=fast_math, reciprocal=reciprocal)
+                *nvfp4_quantize_rows(xg, amax_row[g], **opts)
             )
         if columnwise:
             if rht:
                 cin = rht_along_tokens(xg, sign_mask, round_to_bf16=not fast_math)
             else:
                 cin = xg.t().contiguous()
+            if rand is not None:
+                tblocks = torch.arange(row0 // 16, (row0 + m_g) // 16, device=x.device)
+                opts["rbytes"] = rand(1, torch.arange(n, device=x.device), tblocks, m_all // 16)
             res["col_data"], res["col_scales"] = finish(
-                *nvfp4_quantize_rows(cin, amax_col[g], fast_math=fast_math, reciprocal=reciprocal)
+                *nvfp4_quantize_rows(cin, amax_col[g], **opts)
             )
         out.append(res)
+        row0 += m_g
     return out
 
 

@@ -92,3 +92,34 @@ def test_fp8_options():
         cutequant.fp8_group_quantize(x, [64], amax_epsilon=-1.0)
     with pytest.raises(ValueError, match="rowwise and columnwise are both False"):
         cutequant.fp8_group_quantize(x, [64], rowwise=False, columnwise=False)
+
+
+def test_stochastic_rounding_arguments():
+    x = x_of()
+    with pytest.raises(TypeError, match="stochastic_rounding"):
+        cutequant.nvfp4_group_quantize(x, [64], stochastic_rounding=1)
+    with pytest.raises(ValueError, match="rng_state: only used with stochastic_rounding=True"):
+        cutequant.nvfp4_group_quantize(x, [64], rng_state=torch.zeros(2, dtype=torch.int64))
+    with pytest.raises(TypeError, match="rng_state: expected a tensor"):
+        cutequant.nvfp4_group_quantize(x, [64], stochastic_rounding=True, rng_state=(1, 2))
+    with pytest.raises(ValueError, match="rng_state: must be int64 of shape \\(2,\\)"):
+        cutequant.nvfp4_group_quantize(
+            x, [64], stochastic_rounding=True, rng_state=torch.zeros(3, dtype=torch.int64)
+        )
+    with pytest.raises(ValueError, match="rng_state: must be int64"):
+        cutequant.nvfp4_group_quantize(x, [64], stochastic_rounding=True, rng_state=torch.zeros(2))
+
+
+def test_amax_estimation_scale_arguments():
+    x = x_of()
+    with pytest.raises(TypeError, match="amax_estimation_scale: expected a float"):
+        cutequant.nvfp4_group_quantize(x, [64], amax_estimation_scale="2")
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="amax_estimation_scale: must be positive and finite"):
+            cutequant.nvfp4_group_quantize(x, [64], amax_estimation_scale=bad)
+    with pytest.raises(ValueError, match="amax_estimation_scale: not with a given amax"):
+        cutequant.nvfp4_group_quantize(x, [64], amax=torch.zeros(2, 1), amax_estimation_scale=2.0)
+    with pytest.raises(ValueError, match="columnwise=False"):
+        cutequant.nvfp4_group_quantize(
+            x, [64], columnwise=False, rht=False, amax_estimation_scale=2.0
+        )

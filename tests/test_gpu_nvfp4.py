@@ -181,3 +181,56 @@ def test_walk_bands(band, monkeypatch, rng):
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
     check_quantize(x, splits, swizzled_scales=True, rowwise=False)
+
+
+@pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: "-".join(k for k, v in o.items() if v))
+def test_stochastic_rounding_every_variant(opts, rng):
+    """SR random bits depend only on (seed, offset, block position): bit-exact vs the reference."""
+    splits = random_splits(8, None, rng, zero_at=("front", "middle"), mean_rows=160)
+    x = grouped_input(splits, 272, rng)
+    state = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64, generator=rng).cuda()
+    res = check_quantize(x, splits, stochastic_rounding=True, rng_state=state, **opts)
+    assert res.rng_state is state or torch.equal(res.rng_state, state)
+
+
+def test_stochastic_rounding_fresh_state_device_splits_and_large(rng):
+    splits = random_splits(64, None, rng, zero_at=("front", "end"))
+    x = grouped_input(splits, 1024, rng)
+    dev = torch.tensor(splits, dtype=torch.int32, device="cuda")
+    with poisoned_outputs():
+        res = cutequant.nvfp4_group_quantize(x, dev, stochastic_rounding=True)
+    assert res.rng_state is not None and res.rng_state.dtype == torch.int64
+    check_quantize(x, splits, device_splits=dev, stochastic_rounding=True, rng_state=res.rng_state)
+    big = grouped_input([8192], 5120, rng)
+    check_quantize(big, [8192], stochastic_rounding=True, rng_state=res.rng_state)
+    other = cutequant.nvfp4_group_quantize(x, splits, stochastic_rounding=True)
+    assert not torch.equal(other.rng_state, res.rng_state)  # a fresh state per call
+
+
+def test_stochastic_rounding_is_unbiased(rng):
+    """Averaged over 64 SR draws the rowwise dequantization approaches x; RN's bias does not."""
+    x = grouped_input([256], 256, rng)
+    rn = cutequant.nvfp4_group_dequantize(cutequant.nvfp4_group_quantize(x, [256]))
+    acc = torch.zeros(256, 256, device="cuda")
+    for _ in range(64):
+        res = cutequant.nvfp4_group_quantize(x, [256], stochastic_rounding=True)
+        acc += cutequant.nvfp4_group_dequantize(res, out_dtype=torch.float32)
+    xf = x.float()
+    sr_err = (acc / 64 - xf).abs().mean()
+    rn_err = (rn.float() - xf).abs().mean()
+    assert sr_err < 0.4 * rn_err, (float(sr_err), float(rn_err))
+
+
+@pytest.mark.parametrize("scale", [2.0, 1.0, 0.75])
+def test_post_rht_amax_estimation(scale, rng):
+    """amax_col = pre-RHT amax_row * scale (TE PR #2521), then the usual bit-exact quantize."""
+    splits = random_splits(8, None, rng, zero_at=("middle",), mean_rows=160)
+    x = grouped_input(splits, 512, rng)
+    with poisoned_outputs():
+        res = cutequant.nvfp4_group_quantize(x, splits, amax_estimation_scale=scale)
+    row, _ = reference.group_amax(x, splits, rht=False)
+    col = (row.float() * torch.tensor(scale, dtype=torch.float32)).to(row.device)
+    assert _same_f32(res.amax_row, row) and _same_f32(res.amax_col, col)
+    want = check_quantize(x, splits, amax=torch.stack([row, col]).cuda())
+    for key in ("row_data", "row_scales", "col_data", "col_scales"):
+        assert torch.equal(getattr(res, key), getattr(want, key)), key
