@@ -9,24 +9,32 @@ import torch
 import cutequant
 from cutequant.testing import grouped_input
 
+OPS = {
+    "nvfp4": lambda x, s: cutequant.nvfp4_group_quantize(x, s),
+    "fp8": lambda x, s: cutequant.fp8_group_quantize(x, s),
+    "amax": lambda x, s: cutequant.group_amax(x, s),
+}
 
-def main() -> int:
+
+def main(argv) -> int:
     gen = torch.Generator().manual_seed(0)
     splits = [1024] * 8
     x = grouped_input(splits, 2048, gen)
-    for _ in range(3):
-        cutequant.group_amax(x, splits)
-        cutequant.nvfp4_group_quantize(x, splits)
-    torch.cuda.synchronize()
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(200):
-        cutequant.nvfp4_group_quantize(x, splits)
-    prof.disable()
-    torch.cuda.synchronize()
-    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    for name in argv or list(OPS):
+        op = OPS[name]
+        for _ in range(3):
+            op(x, splits)
+        torch.cuda.synchronize()
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(200):
+            op(x, splits)
+        prof.disable()
+        torch.cuda.synchronize()
+        print(f"=== {name}: 200 calls")
+        pstats.Stats(prof).sort_stats("tottime").print_stats(18)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

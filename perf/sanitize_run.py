@@ -21,6 +21,9 @@ def main():
         )
         cutequant.nvfp4_group_quantize(x, splits)
         cutequant.nvfp4_group_quantize(x, splits, rht=False, swizzled_scales=True, fast_math=True)
+        cutequant.nvfp4_group_quantize(
+            x, splits, stochastic_rounding=True, amax_estimation_scale=2.0
+        )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
     torch.cuda.synchronize()
     print("sanitize_run: done")
