@@ -69,12 +69,14 @@ def launch_group_amax(
     arch: str,
     in_dtype: str = "bf16",
     col_scale: float = 1.0,
+    stream: torch.cuda.Stream | None = None,
 ) -> None:
     """Write every entry of ``amax[2, G]`` (contiguous fp32; any contents on entry). No checks:
     callers validated. The kernel accumulates in the stream's workspace and leaves it zeroed.
     ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without ``rht``)."""
     m_rows, n_cols = x.shape
-    ws = groups.workspace(x.device, layout.num_groups)
+    stream = stream or torch.cuda.current_stream(x.device)
+    ws = groups.workspace(x.device, layout.num_groups, stream)
     spec = _spec(arch, rht, in_dtype)
     _launch.run(
         spec,
@@ -90,5 +92,5 @@ def launch_group_amax(
         sign_mask,
         float(col_scale),
         _launch.sm_count(x.device) * spec.plan.ctas_per_sm,
-        stream=torch.cuda.current_stream(x.device),
+        stream=stream,
     )

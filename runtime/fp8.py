@@ -127,10 +127,13 @@ def fp8_group_quantize(
     col_data = empty((m_rows * n_cols,), fp8_dtype, dev) if columnwise else None
     scales = empty((2, num_groups), torch.float32, dev)
     in_dtype = _IN_DTYPES[x.dtype]
+    stream = torch.cuda.current_stream(dev)
     if not delayed:
-        launch_group_amax(x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype)
+        launch_group_amax(
+            x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype, stream=stream
+        )
     dummy = groups.dummy_buffer(dev)
-    ws = groups.workspace(dev, num_groups)
+    ws = groups.workspace(dev, num_groups, stream)
     if m_rows > 0 or num_groups > 0:
         spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
         _launch.run(
@@ -152,7 +155,7 @@ def fp8_group_quantize(
             float(amax_epsilon),
             int(force_pow2_scales),
             _launch.sm_count(dev) * spec.plan.ctas_per_sm,
-            stream=torch.cuda.current_stream(dev),
+            stream=stream,
         )
     return Fp8GroupedTensor(
         n_cols=n_cols,

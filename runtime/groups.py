@@ -177,9 +177,9 @@ class Workspace:
     ok: torch.Tensor
 
 
-def workspace(device: torch.device, num_groups: int) -> Workspace:
-    """The current stream's workspace, grown geometrically to hold ``num_groups`` groups."""
-    key = (device.index, torch.cuda.current_stream(device).cuda_stream)
+def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) -> Workspace:
+    """``stream``'s workspace on ``device``, grown geometrically to hold ``num_groups`` groups."""
+    key = (device.index, stream.cuda_stream)
     with _LOCK:
         ws = _WORKSPACES.get(key)
         if ws is None or ws.amax_acc.numel() < 2 * num_groups:
@@ -237,7 +237,7 @@ def _device_groups(
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = torch.cuda.current_stream(device)
-    ws = workspace(device, num_groups)
+    ws = workspace(device, num_groups, stream)
     status = ws.status
     tables = ws.tables[: 4 * (num_groups + 1)].view(4, num_groups + 1)
     spec = GroupTablesSpec(

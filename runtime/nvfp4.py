@@ -209,6 +209,7 @@ def nvfp4_group_quantize(
     col_data = empty((m_rows * n_cols // 2,), u8, dev) if columnwise else None
     col_scales = empty((np_ * cs_cols,), u8, dev) if columnwise else None
 
+    stream = torch.cuda.current_stream(dev)
     if poison is not None:
         estimate = amax_estimation_scale is not None
         launch_group_amax(
@@ -219,6 +220,7 @@ def nvfp4_group_quantize(
             sign_mask=sign_mask,
             arch=arch,
             col_scale=amax_estimation_scale if estimate else 1.0,
+            stream=stream,
         )
     if m_rows > 0:
         spec = _spec(
@@ -246,12 +248,12 @@ def nvfp4_group_quantize(
             _launch.ptr(
                 rng_state.view(torch.int32)
                 if stochastic_rounding
-                else groups.workspace(dev, num_groups).ok,  # never read
+                else groups.workspace(dev, num_groups, stream).ok,  # never read
                 8,
             ),
             sign_mask,
             _launch.sm_count(dev) * spec.plan.ctas_per_sm,
-            stream=torch.cuda.current_stream(dev),
+            stream=stream,
         )
     return Nvfp4GroupedTensor(
         n_cols=n_cols,

@@ -113,6 +113,6 @@ def test_workspace_left_zeroed_and_no_stale_maxima(rng):
         s = [16] * g
         _check(grouped_input(s, 128, rng), s, rht=True)
     torch.cuda.synchronize()
-    ws = groups.workspace(big.device, 1)
+    ws = groups.workspace(big.device, 1, torch.cuda.current_stream())
     assert int(ws.counter.item()) == 0
     assert int(ws.amax_acc.abs().max().item()) == 0
