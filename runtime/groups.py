@@ -59,6 +59,9 @@ class GroupLayout:
     tables: torch.Tensor  # int32 [4, G + 1] on the device
     host_splits: tuple[int, ...] | None
     status: torch.Tensor | None = None  # device int32 [1]: 0 valid, 1 bad (device splits only)
+    # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
+    # column-scale columns), so callers size buffers without a Python loop over the groups
+    host_totals: tuple[int, int, int, int] | None = None
 
     def splits(self) -> tuple[int, ...]:
         """Host split sizes (synchronizes once when the splits came as a device tensor)."""
@@ -211,21 +214,22 @@ def prepare_groups(
         except TypeError:
             hit = None
         if hit is not None:
-            return GroupLayout(len(hit[1]), m_rows, hit[0], hit[1])
+            return GroupLayout(len(hit[1]), m_rows, hit[0], hit[1], host_totals=hit[2])
     values = _validate_host_splits(splits, m_rows)
     key = (values, m_rows, device.index)
     with _LOCK:
         cached = _HOST_CACHE.get(key)
-        tables = cached[0] if cached is not None else None
-        if tables is not None:
+        if cached is not None:
             _HOST_CACHE.move_to_end(key)
-    if tables is None:
-        tables = host_tables(values).to(device, non_blocking=False)
+    if cached is None:
+        host = host_tables(values)
+        totals = tuple(int(v) for v in host[:, -1].tolist())
+        cached = (host.to(device, non_blocking=False), values, totals)
         with _LOCK:
-            _HOST_CACHE[key] = (tables, values)
+            _HOST_CACHE[key] = cached
             while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
                 _HOST_CACHE.popitem(last=False)
-    return GroupLayout(len(values), m_rows, tables, values)
+    return GroupLayout(len(values), m_rows, cached[0], values, host_totals=cached[2])
 
 
 def _device_groups(

@@ -193,12 +193,10 @@ def nvfp4_group_quantize(
         poison = amax
     layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
 
-    host = layout.host_splits
     cp = _round_up(n_cols // 16, 4)
     np_ = _round_up(n_cols, 128)
-    if host is not None:
-        rs_rows = sum(_round_up(s, 128) for s in host)
-        cs_cols = sum(_round_up(s // 16, 4) for s in host)
+    if layout.host_totals is not None:  # exact sizes, cached with the host tables
+        rs_rows, cs_cols = layout.host_totals[2], layout.host_totals[3]
     else:  # upper bounds: the buffers must not depend on device values
         rs_rows = m_rows + 127 * num_groups
         cs_cols = m_rows // 16 + 3 * num_groups
