@@ -234,3 +234,27 @@ def test_post_rht_amax_estimation(scale, rng):
     want = check_quantize(x, splits, amax=torch.stack([row, col]).cuda())
     for key in ("row_data", "row_scales", "col_data", "col_scales"):
         assert torch.equal(getattr(res, key), getattr(want, key)), key
+
+
+def test_stochastic_rounding_in_a_cuda_graph(rng):
+    """Captured without an rng_state, each replay draws a fresh state (torch.randint is graph
+    safe) and the result still matches the reference for the state it used."""
+    splits = [128, 0, 64]
+    x = grouped_input(splits, 256, rng)
+    cutequant.nvfp4_group_quantize(x, splits, stochastic_rounding=True)  # compile outside
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = cutequant.nvfp4_group_quantize(x, splits, stochastic_rounding=True)
+    outs = []
+    for _ in range(2):
+        graph.replay()
+        torch.cuda.synchronize()
+        outs.append((res.rng_state.clone(), res.row_data.clone(), res.col_data.clone()))
+        ref = reference.nvfp4_group_quantize(
+            x, splits, stochastic_rounding=True, rng_state=res.rng_state
+        )
+        assert torch.equal(res.group(2)["col_data"], ref[2]["col_data"].to(x.device))
+        assert torch.equal(res.group(0)["row_data"], ref[0]["row_data"].to(x.device))
+    assert not torch.equal(outs[0][0], outs[1][0])
+    assert not torch.equal(outs[0][1], outs[1][1])
