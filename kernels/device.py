@@ -112,12 +112,6 @@ def load_shared_u16(addr: Int32, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
-def store_shared_b32(addr: Int32, word: Uint32, *, loc=None, ip=None):
-    """One 32-bit word to 4-byte-aligned shared address ``addr``."""
-    _side_effect("st.shared.b32 [$0], $1;", Int32, addr, (word,), loc, ip)
-
-
-@dsl_user_op
 def store_shared_v2(addr: Int32, words, *, loc=None, ip=None):
     """Two 32-bit words to 8-byte-aligned shared address ``addr`` (one STS.64)."""
     _side_effect("st.shared.v2.b32 [$0], {$1, $2};", Int32, addr, words, loc, ip)
