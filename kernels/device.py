@@ -228,48 +228,6 @@ def atomic_amax(ptr: cute.Pointer, value: Float32):
     cute.arch.atomic_max(ptr, Int32(f32_bits(value) & Uint32(0x7FFFFFFF)))
 
 
-@cute.jit
-def publish_amax(
-    acc: cute.Tensor,
-    out: cute.Tensor,
-    counter: cute.Tensor,
-    status: cute.Tensor,
-    flag: cute.Tensor,
-    threads: cutlass.Constexpr,
-    scale_from: Int32,
-    scale: Float32,
-):
-    """Grid epilogue of an atomic amax: the last CTA to finish copies the workspace accumulators
-    ``acc`` (int32 fp32 bit patterns, zero on entry) to ``out`` (entries from ``scale_from`` on
-    times ``scale``: post-RHT amax estimation) and zeroes ``acc`` and the
-    arrival ``counter`` again, so the next launch on the stream finds them ready without a
-    memset (a memset node cost ~1-2 us per call). ``out`` is left alone when ``status[0]`` flags
-    bad device splits (the tables kernel has set it to NaN). Every thread of every CTA must call
-    this after its last atomic; ``flag`` is one int32 of shared memory."""
-    tidx, _, _ = cute.arch.thread_idx()
-    gdim, _, _ = cute.arch.grid_dim()
-    cute.arch.fence_acq_rel_gpu()  # this thread's atomics before the CTA's arrival
-    cute.arch.barrier()
-    if tidx == 0:
-        arrived = cute.arch.atomic_add(counter.iterator, Int32(1), sem="acq_rel", scope="gpu")
-        flag[0] = Int32(0)
-        if arrived == gdim - 1:
-            flag[0] = Int32(1)
-    cute.arch.barrier()
-    if flag[0] != 0:
-        cute.arch.fence_acq_rel_gpu()
-        valid = status[0] == 0
-        for i in range(tidx, cute.size(acc), threads):
-            v = cute.arch.atomic_exch(acc.iterator + i, Int32(0), sem="relaxed", scope="gpu")
-            if valid:
-                a = bits_f32(Uint32(v))
-                if i >= scale_from:
-                    a = a * scale
-                out[i] = a
-        if tidx == 0:
-            counter[0] = Int32(0)
-
-
 # ----------------------------------------------------------------------------------- NVFP4 math
 # TE checklist (te_semantics.md section 9), per 16-element block with per-group S_enc / S_dec:
 #   sf  = e4m3_rne_satfinite(fmin(block_amax * (S_enc * f32(1/6)), FLT_MAX))

@@ -118,9 +118,9 @@ def fp8_group_quantize(
         raise ValueError("scale: only used with scaling='delayed'")
     arch = _checks.check_device(x)
 
-    # current: the amax pass writes both rows (row and, unused here, col); delayed: the cast
-    # kernel writes row 0. Either way every entry is written.
-    amax = _launch.output_allocator((1 if delayed else 2, num_groups), torch.float32, dev)
+    # atomically accumulated (zero first): by the amax pass (current scaling; rows = row and, unused
+    # here, col amax) or by the cast kernel itself (delayed)
+    amax = torch.zeros(1 if delayed else 2, num_groups, dtype=torch.float32, device=dev)
     layout = groups.prepare_groups(splits, m_rows, dev, poison=amax)
     empty = _launch.output_allocator
     row_data = empty((m_rows, n_cols), fp8_dtype, dev) if rowwise else None
@@ -133,7 +133,6 @@ def fp8_group_quantize(
             x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype, stream=stream
         )
     dummy = groups.dummy_buffer(dev)
-    ws = groups.workspace(dev, num_groups, stream)
     if m_rows > 0 or num_groups > 0:
         spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
         _launch.run(
@@ -149,9 +148,6 @@ def fp8_group_quantize(
             _launch.ptr(scales[1], 4),
             _launch.ptr(row_data.view(torch.uint8) if rowwise else dummy, 16),
             _launch.ptr(col_data.view(torch.uint8) if columnwise else dummy, 16),
-            _launch.ptr(ws.amax_acc, 4),
-            _launch.ptr(ws.counter, 4),
-            _launch.ptr(layout.status if layout.status is not None else ws.ok, 4),
             float(amax_epsilon),
             int(force_pow2_scales),
             _launch.sm_count(dev) * spec.plan.ctas_per_sm,

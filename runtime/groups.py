@@ -164,20 +164,11 @@ def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
 @dataclass
 class Workspace:
     """Per (device, stream) scratch, reused by every call on that stream (calls on one stream
-    run in order, so one set suffices):
-
-    * ``tables``: int32 room for device-built lookup tables, ``status``: their validity flag;
-    * ``amax_acc``: int32 [>= 2 G] atomic amax accumulators, ``counter``: int32 [1] CTA arrival
-      count, both zero between launches: a kernel that accumulates an amax zeroes them again in
-      its last CTA (``kernels.device.publish_amax``), so no call needs a memset;
-    * ``ok``: int32 [1] zero, the status of host-built tables.
-    """
+    run in order, so one set suffices): int32 room for device-built lookup tables and their
+    validity flag."""
 
     tables: torch.Tensor
     status: torch.Tensor
-    amax_acc: torch.Tensor
-    counter: torch.Tensor
-    ok: torch.Tensor
 
 
 def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) -> Workspace:
@@ -185,15 +176,12 @@ def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) 
     key = (device.index, stream.cuda_stream)
     with _LOCK:
         ws = _WORKSPACES.get(key)
-        if ws is None or ws.amax_acc.numel() < 2 * num_groups:
-            groups_cap = max(num_groups, 1024, 0 if ws is None else ws.amax_acc.numel())
+        if ws is None or ws.tables.numel() < 4 * (num_groups + 1):
+            groups_cap = max(num_groups, 1024, 0 if ws is None else 2 * (ws.tables.numel() // 4))
             i32 = dict(dtype=torch.int32, device=device)
             ws = Workspace(
                 tables=torch.empty(4 * (groups_cap + 1), **i32),
                 status=torch.zeros(1, **i32),
-                amax_acc=torch.zeros(2 * groups_cap, **i32),
-                counter=torch.zeros(1, **i32),
-                ok=torch.zeros(1, **i32),
             )
             _WORKSPACES[key] = ws
     return ws

