@@ -235,28 +235,24 @@ def atomic_amax(ptr: cute.Pointer, value: Float32):
 #   q   = e2m1_rne_satfinite(f32(x * enc))
 
 
+def _cvt_fp8x2(kind: str) -> str:
+    """PTX: RNE satfinite fp32 pair -> fp8x2 (``kind`` e4m3 / e5m2), zero-extended to 32 bits."""
+    return (
+        "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite." + kind + "x2.f32 h, $1, $2;\n\t"
+        "cvt.u32.u16 $0, h;\n\t}"
+    )
+
+
 @dsl_user_op
 def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE satfinite fp32 -> e4m3 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
-    return _f32x2_to_u32(
-        "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e4m3x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
-        hi,
-        lo,
-        loc,
-        ip,
-    )
+    return _f32x2_to_u32(_cvt_fp8x2("e4m3"), hi, lo, loc, ip)
 
 
 @dsl_user_op
 def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE satfinite fp32 -> e5m2 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
-    return _f32x2_to_u32(
-        "{\n\t.reg .b16 h;\n\tcvt.rn.satfinite.e5m2x2.f32 h, $1, $2;\n\tcvt.u32.u16 $0, h;\n\t}",
-        hi,
-        lo,
-        loc,
-        ip,
-    )
+    return _f32x2_to_u32(_cvt_fp8x2("e5m2"), hi, lo, loc, ip)
 
 
 @dsl_user_op

@@ -8,7 +8,6 @@ kernel alone (FP8 delayed scaling; NVFP4 with a precomputed amax) with perf/benc
 """
 
 import argparse
-import dataclasses
 import os
 import sys
 
@@ -18,15 +17,7 @@ import bench  # noqa: E402
 import torch  # noqa: E402
 
 from cutequant import amax, fp8, nvfp4  # noqa: E402
-
-
-def _with_plan(builder, settings):
-    def build(*args, **kwargs):
-        spec = builder(*args, **kwargs)
-        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, **settings))
-
-    return build
-
+from cutequant.testing import with_plan  # noqa: E402
 
 OPS = {
     "amax_rht": lambda c, g: bench.bench_amax(c, g, rht=True),
@@ -49,7 +40,7 @@ def main() -> int:
     for config in args.configs.split():
         settings = {k: int(v) for k, v in (kv.split("=") for kv in config.split(","))}
         for module, builder in builders.items():
-            module._spec = _with_plan(builder, settings)
+            module._spec = with_plan(builder, **settings)
         for op in args.ops.split(","):
             for case in args.cases.split(","):
                 gen = torch.Generator().manual_seed(1234)

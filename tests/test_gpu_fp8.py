@@ -106,17 +106,10 @@ def test_dequantize_round_trip(rng):
 def test_walk_bands(band, monkeypatch, rng):
     """Other tile-walk band heights (default: see TilePlan) cover every tile exactly once:
     groups of many 64-row tiles, not multiples of the band, a partial last tile, empty groups."""
-    import dataclasses
-
     from cutequant import fp8
+    from cutequant.testing import with_plan
 
-    builder = fp8._spec
-
-    def with_band(*args):
-        spec = builder(*args)
-        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, walk_band=band))
-
-    monkeypatch.setattr(fp8, "_spec", with_band)
+    monkeypatch.setattr(fp8, "_spec", with_plan(fp8._spec, walk_band=band))
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_fp8(x, splits, scaling="delayed", scale=torch.rand(7, generator=rng).cuda() + 0.5)

@@ -166,17 +166,10 @@ def test_dequantize_round_trip(swizzled, rng):
 def test_walk_bands(band, monkeypatch, rng):
     """Other tile-walk band heights (default: see TilePlan) cover every tile exactly once:
     groups of many 64-row tiles, not multiples of the band, a partial last tile, empty groups."""
-    import dataclasses
-
     from cutequant import nvfp4
+    from cutequant.testing import with_plan
 
-    builder = nvfp4._spec
-
-    def with_band(*args):
-        spec = builder(*args)
-        return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, walk_band=band))
-
-    monkeypatch.setattr(nvfp4, "_spec", with_band)
+    monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, walk_band=band))
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
