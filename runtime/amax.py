@@ -33,7 +33,7 @@ def group_amax(
         raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
     groups.check_splits(splits, m_rows)
     arch = _checks.check_device(x)
-    amax = torch.zeros(2, _num_groups(splits), dtype=torch.float32, device=x.device)
+    amax = new_amax(2, _num_groups(splits), m_rows, x.device)
     layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
@@ -54,6 +54,14 @@ def _num_groups(splits) -> int:
         ) from exc
 
 
+def new_amax(rows: int, num_groups: int, m_rows: int, device: torch.device) -> torch.Tensor:
+    """Output for ``launch_group_amax``: uninitialized when the kernel runs (it zeroes its
+    outputs itself), zeros when there are no rows (no launch)."""
+    if m_rows == 0:
+        return torch.zeros(rows, num_groups, dtype=torch.float32, device=device)
+    return _launch.output_allocator((rows, num_groups), torch.float32, device)
+
+
 @functools.cache
 def _spec(arch: str, rht: bool, in_dtype: str) -> GroupAmaxSpec:
     return GroupAmaxSpec(arch=arch, rht=rht, in_dtype=in_dtype)
@@ -71,13 +79,16 @@ def launch_group_amax(
     col_scale: float = 1.0,
     stream: torch.cuda.Stream | None = None,
 ) -> None:
-    """Accumulate into ``amax[2, G]`` (contiguous fp32, must be zero). No checks: callers
+    """Write ``amax[2, G]`` (contiguous fp32; zeroed by the kernel, so it may hold anything
+    when ``x`` has rows; left as is when it has none: see ``new_amax``). No checks: callers
     validated. ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without
     ``rht``)."""
     m_rows, n_cols = x.shape
     if m_rows == 0:
         return
     spec = _spec(arch, rht, in_dtype)
+    stream = stream or torch.cuda.current_stream(x.device)
+    num_ctas = _launch.sm_count(x.device) * spec.plan.ctas_per_sm
     _launch.run(
         spec,
         _launch.ptr(x),
@@ -85,9 +96,11 @@ def launch_group_amax(
         n_cols,
         _launch.ptr(layout.tables, 4),
         layout.num_groups,
+        layout.row_tiles,
         _launch.ptr(amax, 4),
+        _launch.ptr(groups.launch_counter(x.device, stream, num_ctas), 8),
         sign_mask,
         float(col_scale),
-        _launch.sm_count(x.device) * spec.plan.ctas_per_sm,
-        stream=stream or torch.cuda.current_stream(x.device),
+        num_ctas,
+        stream=stream,
     )

@@ -9,7 +9,7 @@ import torch
 
 from cutequant import _checks, _launch, groups
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
-from cutequant.amax import _num_groups, launch_group_amax
+from cutequant.amax import _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import Fp8QuantizeSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -118,9 +118,9 @@ def fp8_group_quantize(
         raise ValueError("scale: only used with scaling='delayed'")
     arch = _checks.check_device(x)
 
-    # atomically accumulated (zero first): by the amax pass (current scaling; rows = row and, unused
-    # here, col amax) or by the cast kernel itself (delayed)
-    amax = torch.zeros(1 if delayed else 2, num_groups, dtype=torch.float32, device=dev)
+    # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
+    # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
+    amax = new_amax(1 if delayed else 2, num_groups, m_rows, dev)
     layout = groups.prepare_groups(splits, m_rows, dev, poison=amax)
     empty = _launch.output_allocator
     row_data = empty((m_rows, n_cols), fp8_dtype, dev) if rowwise else None
@@ -135,6 +135,7 @@ def fp8_group_quantize(
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
         spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
+        num_ctas = _launch.sm_count(dev) * spec.plan.ctas_per_sm
         _launch.run(
             spec,
             _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),
@@ -142,15 +143,17 @@ def fp8_group_quantize(
             n_cols,
             _launch.ptr(layout.tables, 4),
             num_groups,
+            layout.row_tiles,
             _launch.ptr(amax, 4),
             _launch.ptr(scale if delayed else amax, 4),
             _launch.ptr(scales[0], 4),
             _launch.ptr(scales[1], 4),
             _launch.ptr(row_data.view(torch.uint8) if rowwise else dummy, 16),
             _launch.ptr(col_data.view(torch.uint8) if columnwise else dummy, 16),
+            _launch.ptr(groups.launch_counter(dev, stream, num_ctas), 8),
             float(amax_epsilon),
             int(force_pow2_scales),
-            _launch.sm_count(dev) * spec.plan.ctas_per_sm,
+            num_ctas,
             stream=stream,
         )
     return Fp8GroupedTensor(

@@ -25,6 +25,7 @@ TILE_ROWS = 64
 _HOST_CACHE: collections.OrderedDict = collections.OrderedDict()
 _HOST_CACHE_SIZE = 256
 _WORKSPACES: dict = {}
+_COUNTERS: dict = {}
 _LOCK = threading.Lock()
 
 
@@ -62,6 +63,11 @@ class GroupLayout:
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
+
+    @property
+    def row_tiles(self) -> int:
+        """Total 64-row tiles when known on the host, else -1 (the kernels read the tables)."""
+        return self.host_totals[1] if self.host_totals is not None else -1
 
     def splits(self) -> tuple[int, ...]:
         """Host split sizes (synchronizes once when the splits came as a device tensor)."""
@@ -185,6 +191,18 @@ def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) 
             )
             _WORKSPACES[key] = ws
     return ws
+
+
+def launch_counter(device: torch.device, stream: torch.cuda.Stream, num_ctas: int) -> torch.Tensor:
+    """int64 [2] device counter of ``kernels/launch_zeroing.py`` for kernels launched with
+    ``num_ctas`` CTAs on ``stream``: created zero, never reset (each launch advances it), one per
+    grid size because a launch's number is its ticket // num_ctas."""
+    key = (device.index, stream.cuda_stream, num_ctas)
+    with _LOCK:
+        counter = _COUNTERS.get(key)
+        if counter is None:
+            counter = _COUNTERS[key] = torch.zeros(2, dtype=torch.int64, device=device)
+    return counter
 
 
 def prepare_groups(

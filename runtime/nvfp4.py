@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 
 from cutequant import _checks, _launch, groups
-from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax
+from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import Nvfp4QuantizeSpec
 
 
@@ -189,7 +189,7 @@ def nvfp4_group_quantize(
     if amax is not None:
         poison = None
     else:
-        amax = torch.zeros(2, num_groups, dtype=torch.float32, device=dev)  # amax pass accumulates
+        amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
         poison = amax
     layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
 
@@ -238,6 +238,7 @@ def nvfp4_group_quantize(
             n_cols,
             _launch.ptr(layout.tables, 4),
             num_groups,
+            layout.row_tiles,
             _launch.ptr(amax, 4),
             _launch.ptr(row_data if rowwise else dummy, 16),
             _launch.ptr(row_scales if rowwise else dummy, 16),

@@ -5,7 +5,7 @@ import torch
 
 import cutequant
 from cutequant import jit, reference
-from cutequant.testing import grouped_input, random_splits
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
 
@@ -34,9 +34,10 @@ def _same(got, ref):
 
 
 def _check(x, splits, rht, sign_mask=0xD7E8, device_splits=None):
-    got_row, got_col = cutequant.group_amax(
-        x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
-    )
+    with poisoned_outputs():  # the kernel must zero amax itself
+        got_row, got_col = cutequant.group_amax(
+            x, device_splits if device_splits is not None else splits, rht=rht, sign_mask=sign_mask
+        )
     ref_row, ref_col = reference.group_amax(x, splits, rht=rht, sign_mask=sign_mask)
     torch.cuda.synchronize()
     assert _same(got_row, ref_row), (got_row, ref_row)
@@ -111,3 +112,35 @@ def test_no_stale_maxima_between_calls(rng):
     for g in (300, 1):  # more groups than the workspace had, then fewer
         s = [16] * g
         _check(grouped_input(s, 128, rng), s, rht=True)
+
+
+def test_kernel_zeroes_its_poisoned_outputs_and_counts_launches(rng):
+    """The amax kernel zeroes its outputs at its head (kernels/launch_zeroing.py): garbage in
+    the output buffer must not survive, and the runtime's launch counter advances by one launch
+    (``num_ctas`` tickets) per call, on a fresh stream as well as in a CUDA graph."""
+    from cutequant import _checks, _launch, amax, groups
+
+    splits = random_splits(8, 4096, rng, zero_at=("middle",))
+    x = grouped_input(splits, 1024, rng)
+    ref_row, ref_col = reference.group_amax(x, splits, rht=True)
+    layout = groups.prepare_groups(splits, x.shape[0], x.device)
+    arch = _checks.check_device(x)
+    stream = torch.cuda.Stream()
+    num_ctas = _launch.sm_count(x.device)
+    counter = groups.launch_counter(x.device, stream, num_ctas)
+    out = torch.empty(2, len(splits), device="cuda")
+    with torch.cuda.stream(stream):
+        for k, poison in enumerate((float("nan"), 3.0e38, -1.0)):
+            out.fill_(poison)
+            amax.launch_group_amax(x, layout, out, rht=True, sign_mask=0xD7E8, arch=arch)
+            stream.synchronize()
+            assert _same(out[0], ref_row) and _same(out[1], ref_col), (k, out)
+            assert counter.tolist() == [(k + 1) * num_ctas, k + 1]
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            amax.launch_group_amax(x, layout, out, rht=True, sign_mask=0xD7E8, arch=arch)
+    for replay in range(3):
+        out.fill_(float("inf"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert _same(out[0], ref_row) and _same(out[1], ref_col), (replay, out)

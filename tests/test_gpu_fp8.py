@@ -114,3 +114,31 @@ def test_walk_bands(band, monkeypatch, rng):
     x = grouped_input(splits, 528, rng)
     check_fp8(x, splits, scaling="delayed", scale=torch.rand(7, generator=rng).cuda() + 0.5)
     check_fp8(x, splits, rowwise=False)
+
+
+def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
+    """Delayed scaling records amax inside the cast kernel, which zeroes it at its head: replays
+    of a captured call on new data (larger, then smaller) report each new input's amax."""
+    splits = [128, 0, 320, 64]
+    scale = torch.rand(4, generator=rng).cuda() + 0.5
+    static_x = grouped_input(splits, 256, rng)
+    opts = dict(fp8_dtype=torch.float8_e4m3fn, scaling="delayed", scale=scale)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cutequant.fp8_group_quantize(static_x, splits, **opts)
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        res = cutequant.fp8_group_quantize(static_x, splits, **opts)
+    for factor in (1000.0, 1.0, 0.001):
+        x = grouped_input(splits, 256, rng) * factor
+        static_x.copy_(x)
+        res.amax.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        ref = reference.fp8_group_quantize(
+            x, splits, fp8_dtype=torch.float8_e4m3fn, scaling="delayed", scale=scale
+        )
+        for g, want in enumerate(ref):
+            assert _same_f32(res.amax[g], want["amax"]), (factor, g, res.amax[g], want["amax"])
