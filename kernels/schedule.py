@@ -15,8 +15,7 @@ inside a group, in bands of ``band`` row tiles: all tiles of band 0 (token-faste
 band: its row tiles of column tile 0, then of column tile 1, ...), then band 1, ... The last band
 of a group may be narrower. ``band = 1`` is the column-fastest order; ``band = WHOLE_GROUP`` is
 token-fastest over the whole group. Each CTA takes one contiguous range of that numbering: the
-group of its first tile is found once (one warp-wide pass over the table), later tiles only step
-forward.
+group of its first tile is found once by binary search, later tiles only step forward.
 Token-fastest bands make consecutive tiles of a CTA extend the same rows of the transposed
 (columnwise) outputs, whose per-tile pieces are only 32-64 bytes of data and 2-4 bytes of compact
 scales per row (measured 30-40% faster on grouped shapes than column-fastest for the quantize
@@ -61,48 +60,6 @@ def cta_tile_range(tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row
     return begin, end
 
 
-LOOKUP_PER_LANE = 8  # table entries each lane loads per pass: one round trip up to 256 groups
-
-
-@cute.jit
-def _warp_reduce(x: Int32, op) -> Int32:
-    for i in cutlass.range_constexpr(5):
-        x = op(x, cute.arch.shuffle_sync_bfly(x, offset=1 << i))
-    return x
-
-
-@cute.jit
-def locate_group(tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, t: Int32):
-    """(g, first row tile of g, its end, first row of g) for linear tile ``t``, by a whole warp.
-
-    g is the largest group whose first tile is <= t (that skips zero-token groups). Instead of a
-    binary search (log2 G dependent global loads, then two more for the group's range), the lanes
-    load the table row in passes of 32 x LOOKUP_PER_LANE independent entries and count:
-    g + 1 = #{i < G: start_i <= t}; start_g is the largest of those starts, end_g the smallest
-    start above t (the row is non-decreasing), row0 likewise: one round trip up to 256 groups.
-    """
-    lane = cute.arch.lane_idx()
-    count = Int32(0)
-    start = Int32(0)
-    row0 = Int32(0)
-    end = tables[ROWTILE_START, num_groups]
-    for base in range(0, num_groups, 32 * LOOKUP_PER_LANE):
-        for k in cutlass.range_constexpr(LOOKUP_PER_LANE):
-            i = cutlass.min(base + lane + 32 * k, num_groups)  # past G: the total, never <= t
-            s_i = tables[ROWTILE_START, i]
-            if s_i * col_tiles <= t:
-                count += 1
-                start = cutlass.max(start, s_i)
-                row0 = cutlass.max(row0, tables[ROW_START, i])
-            else:
-                end = cutlass.min(end, s_i)
-    count = _warp_reduce(count, lambda a, b: a + b)
-    start = _warp_reduce(start, cutlass.max)
-    row0 = _warp_reduce(row0, cutlass.max)
-    end = _warp_reduce(end, cutlass.min)
-    return count - 1, start, end, row0
-
-
 @cute.jit
 def first_tile(
     tables: cute.Tensor,
@@ -112,16 +69,19 @@ def first_tile(
     band: cutlass.Constexpr,
 ):
     """Walk state (group, column tile, global row tile, band's first row tile, band's end, group's
-    row-tile end) of linear tile ``t``; called by whole warps (``locate_group``). The ranges ride
-    along in registers so the per-tile step needs no global load."""
-    g, start, end, _ = locate_group(tables, num_groups, col_tiles, t)
-    return _walk_state(g, start, end, col_tiles, t, band)
-
-
-@cute.jit
-def _walk_state(
-    g: Int32, start: Int32, end: Int32, col_tiles: Int32, t: Int32, band: cutlass.Constexpr
-):
+    row-tile end) of linear tile ``t`` (binary search over groups; the largest match skips
+    zero-token groups). The ranges ride along in registers so the per-tile step needs no global
+    load."""
+    lo = Int32(0)
+    hi = num_groups - 1
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        if tables[ROWTILE_START, mid] * col_tiles <= t:
+            lo = mid
+        else:
+            hi = mid - 1
+    start = tables[ROWTILE_START, lo]
+    end = tables[ROWTILE_START, lo + 1]
     local = t - start * col_tiles
     full_rows = (end - start) // band * band  # row tiles in the group's full bands
     band_lo = start + local // col_tiles // band * band
@@ -133,7 +93,7 @@ def _walk_state(
     rem = local - (band_lo - start) * col_tiles
     col_tile = rem // width
     row_tile = band_lo + rem - col_tile * width
-    return g, col_tile, row_tile, band_lo, band_hi, end
+    return lo, col_tile, row_tile, band_lo, band_hi, end
 
 
 @cute.jit
@@ -191,10 +151,11 @@ def produce_tiles(
     the consumers.
     """
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
-    g, start, end, row0_g = locate_group(tables, num_groups, col_tiles, t_begin)
-    g, col_tile, row_tile, band_lo, band_hi, end = _walk_state(
-        g, start, end, col_tiles, t_begin, band
+    g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
+        tables, num_groups, col_tiles, t_begin, band
     )
+    row0_g = tables[ROW_START, g]
+    start = tables[ROWTILE_START, g]
     for _ in range(t_begin, t_end):
         g_prev = g
         g, col_tile, row_tile, band_lo, band_hi, end = normalize(
