@@ -202,6 +202,17 @@ def f16x2_pair_absmax(word: Uint32) -> Float32:
 
 
 @cute.jit
+def rht_entry(sign_mask: Int32, i: Int32, j: Int32) -> Float32:
+    """Entry (i, j) of TE's RHT matrix R = diag(s) H16 / 4 (te_semantics.md section 5): +-0.25,
+    negative iff popc(i & j) (Sylvester Hadamard sign) + bit i of ``sign_mask`` is odd."""
+    parity = cute.arch.popc(Uint32(i & j)) + ((sign_mask >> i) & 1)
+    r = Float32(0.25)
+    if (parity & 1) == 1:
+        r = Float32(-0.25)
+    return r
+
+
+@cute.jit
 def warp_absmax(x: Float32) -> Float32:
     """Butterfly abs-max over the 32 lanes; every lane gets the result (non-negative)."""
     for i in cutlass.range_constexpr(5):
