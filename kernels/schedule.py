@@ -30,6 +30,8 @@ import cutlass.pipeline as pipeline
 from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
 
+from cutequant.kernels import device as dev
+
 ROW_START = 0
 ROWTILE_START = 1
 ROWSCALE_START = 2
@@ -141,8 +143,10 @@ def produce_tiles(
     t_end: Int32,
     tile_cols: cutlass.Constexpr,
     band: cutlass.Constexpr,
+    evict_first: cutlass.Constexpr = False,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
+    ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
 
     ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
     ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
@@ -151,6 +155,7 @@ def produce_tiles(
     the consumers.
     """
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
+    cache_policy = dev.l2_evict_first_policy() if evict_first else None
     g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
         tables, num_groups, col_tiles, t_begin, band
     )
@@ -181,6 +186,7 @@ def produce_tiles(
             t_gmem,
             t_smem[(None, state.index)],
             tma_bar_ptr=pipe.producer_get_barrier(state),
+            **({} if cache_policy is None else {"cache_policy": cache_policy}),
         )
         pipe.producer_commit(state)
         state.advance()
