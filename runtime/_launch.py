@@ -143,6 +143,28 @@ def run(spec, *args, stream: torch.cuda.Stream):
     launcher(args, stream)
 
 
+def grid_size(spec, device: torch.device) -> int:
+    """Persistent grid of a grouped kernel: ``ctas_per_sm`` CTAs on every SM."""
+    return sm_count(device) * spec.plan.ctas_per_sm
+
+
+def run_grouped(spec, x: DevPtr, m_rows: int, n_cols: int, layout, *args, num_ctas: int, stream):
+    """Launch a grouped kernel. Every one takes (x, M, N, tables, G, row tiles, ...kernel's own
+    arguments..., grid size); ``layout`` is the call's ``groups.GroupLayout``."""
+    run(
+        spec,
+        x,
+        m_rows,
+        n_cols,
+        ptr(layout.tables, 4),
+        layout.num_groups,
+        layout.row_tiles,
+        *args,
+        num_ctas,
+        stream=stream,
+    )
+
+
 def _empty(shape, dtype, device) -> torch.Tensor:
     return torch.empty(shape, dtype=dtype, device=device)
 

@@ -88,19 +88,17 @@ def launch_group_amax(
         return
     spec = _spec(arch, rht, in_dtype)
     stream = stream or torch.cuda.current_stream(x.device)
-    num_ctas = _launch.sm_count(x.device) * spec.plan.ctas_per_sm
-    _launch.run(
+    num_ctas = _launch.grid_size(spec, x.device)
+    _launch.run_grouped(
         spec,
         _launch.ptr(x),
         m_rows,
         n_cols,
-        _launch.ptr(layout.tables, 4),
-        layout.num_groups,
-        layout.row_tiles,
+        layout,
         _launch.ptr(amax, 4),
         _launch.ptr(groups.launch_counter(x.device, stream, num_ctas), 8),
         sign_mask,
         float(col_scale),
-        num_ctas,
+        num_ctas=num_ctas,
         stream=stream,
     )

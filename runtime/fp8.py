@@ -135,15 +135,13 @@ def fp8_group_quantize(
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
         spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
-        num_ctas = _launch.sm_count(dev) * spec.plan.ctas_per_sm
-        _launch.run(
+        num_ctas = _launch.grid_size(spec, dev)
+        _launch.run_grouped(
             spec,
             _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),
             max(m_rows, 1),
             n_cols,
-            _launch.ptr(layout.tables, 4),
-            num_groups,
-            layout.row_tiles,
+            layout,
             _launch.ptr(amax, 4),
             _launch.ptr(scale if delayed else amax, 4),
             _launch.ptr(scales[0], 4),
@@ -153,7 +151,7 @@ def fp8_group_quantize(
             _launch.ptr(groups.launch_counter(dev, stream, num_ctas), 8),
             float(amax_epsilon),
             int(force_pow2_scales),
-            num_ctas,
+            num_ctas=num_ctas,
             stream=stream,
         )
     return Fp8GroupedTensor(

@@ -231,14 +231,12 @@ def nvfp4_group_quantize(
             stochastic_rounding,
         )
         dummy = groups.dummy_buffer(dev)  # pointer for disabled outputs (never written)
-        _launch.run(
+        _launch.run_grouped(
             spec,
             _launch.ptr(x),
             m_rows,
             n_cols,
-            _launch.ptr(layout.tables, 4),
-            num_groups,
-            layout.row_tiles,
+            layout,
             _launch.ptr(amax, 4),
             _launch.ptr(row_data if rowwise else dummy, 16),
             _launch.ptr(row_scales if rowwise else dummy, 16),
@@ -248,7 +246,7 @@ def nvfp4_group_quantize(
                 rng_state.view(torch.int32) if stochastic_rounding else dummy.view(torch.int32), 8
             ),  # the dummy is never read
             sign_mask,
-            _launch.sm_count(dev) * spec.plan.ctas_per_sm,
+            num_ctas=_launch.grid_size(spec, dev),
             stream=stream,
         )
     return Nvfp4GroupedTensor(
