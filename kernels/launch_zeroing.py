@@ -25,10 +25,13 @@ run concurrently (e.g. two CUDA graphs captured on one stream replayed at once o
 Bad device splits (no tiles at all): nothing is zeroed, the runtime's NaN poison stays.
 """
 
+import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
+
+from cutequant.kernels import schedule as sched
 
 
 def _volatile(res_type, ptx: str, constraints: str, args):
@@ -141,6 +144,25 @@ def zero_once_per_launch(counter: Int64, num_ctas: Int32, out: Int64, words: Int
         while _load_acquire_gpu(counter + Int64(8)) <= launch:
             _nanosleep()
         _arrive(done)
+
+
+@cute.jit
+def zero_group_outputs(
+    counter: Int64,
+    tables: cute.Tensor,
+    num_groups: Int32,
+    words_per_group: cutlass.Constexpr,
+    out: Int64,
+    done: Int32,
+):
+    """``zero_once_per_launch`` of ``words_per_group`` 32-bit words per group at ``out``, or of
+    nothing when the call has no tiles at all (bad device splits): then the runtime's NaN poison
+    stays in place."""
+    words = Int32(0)
+    if tables[sched.ROWTILE_START, num_groups] > 0:
+        words = words_per_group * num_groups
+    gdim, _, _ = cute.arch.grid_dim()
+    zero_once_per_launch(counter, gdim, out, words, done)
 
 
 @cute.jit
