@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 ARCHS = ("sm_90a",)
+# TilePlan.walk_band value for token-fastest walks over whole groups; equals
+# cutequant.kernels.schedule.WHOLE_GROUP (a band wider than any group's row tiles).
+WHOLE_GROUP_BAND = 1 << 26
 IN_DTYPES = ("bf16", "f16", "f32")
 FP8_DTYPES = ("e4m3", "e5m2")
 
@@ -40,8 +43,10 @@ class TilePlan:
             raise ValueError("stages must be in [2, 8]")
         if self.ctas_per_sm not in (1, 2):
             raise ValueError("ctas_per_sm must be 1 or 2")
-        if not 0 <= self.walk_band <= 1 << 20:
-            raise ValueError("walk_band must be in [0, 2^20] (0: the kernel's default)")
+        if not (0 <= self.walk_band <= 1 << 20 or self.walk_band == WHOLE_GROUP_BAND):
+            raise ValueError(
+                "walk_band must be in [0, 2^20] (0: the kernel's default) or WHOLE_GROUP_BAND"
+            )
 
 
 @dataclass(frozen=True)

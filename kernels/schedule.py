@@ -42,8 +42,16 @@ WHOLE_GROUP = 1 << 26  # a walk band wider than any group (row tiles of an int32
 
 
 @cute.jit
-def cta_tile_range(tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32):
+def cta_tile_range(
+    tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32, resident=0
+):
     """[begin, end) of the linear tiles this CTA owns (balanced contiguous ranges).
+
+    ``resident`` > 0 (an amax pass right before a cast kernel with the same grid and walk):
+    every range moves back by ``per_cta - resident`` tiles, cyclically, so that the last
+    ``resident`` tiles this CTA reads are the first ones the cast kernel's CTA of the same index
+    reads, while they are still in L2. The walk then goes begin, begin + 1, ... modulo the total
+    (``wrap_at_end``), and ``end`` may exceed the total.
 
     ``row_tiles``: the total of 64-row tiles when the host knows it (host splits), else -1 (read
     from the tables): one dependent global load fewer before the first TMA load. (Per-CTA clock
@@ -59,7 +67,42 @@ def cta_tile_range(tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row
     per_cta = (total + gdim - 1) // gdim
     begin = cutlass.min(bidx * per_cta, total)
     end = cutlass.min(begin + per_cta, total)
+    if resident > 0 and begin < end:
+        shift = cutlass.max(per_cta - resident, 0)
+        begin = begin - shift
+        end = end - shift
+        if begin < 0:
+            begin += total
+            end += total
     return begin, end
+
+
+@cute.jit
+def wrap_at_end(
+    tables: cute.Tensor,
+    g: Int32,
+    col_tile: Int32,
+    row_tile: Int32,
+    band_lo: Int32,
+    band_hi: Int32,
+    end: Int32,
+    col_tiles: Int32,
+    total_rows: Int32,
+    band: cutlass.Constexpr,
+):
+    """After ``row_tile += 1`` on the very last tile (last column tile of the last band of the
+    last group with tokens; ``total_rows`` = all row tiles): the walk state of tile 0. Any other
+    state passes through unchanged (then ``normalize`` as usual). For shifted ranges only."""
+    if row_tile == band_hi and band_hi == total_rows and col_tile == col_tiles - 1:
+        g = Int32(0)
+        while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
+            g += 1
+        col_tile = Int32(0)
+        band_lo = tables[ROWTILE_START, g]
+        end = tables[ROWTILE_START, g + 1]
+        band_hi = cutlass.min(band_lo + band, end)
+        row_tile = band_lo
+    return g, col_tile, row_tile, band_lo, band_hi, end
 
 
 @cute.jit
@@ -144,9 +187,11 @@ def produce_tiles(
     tile_cols: cutlass.Constexpr,
     band: cutlass.Constexpr,
     evict_first: cutlass.Constexpr = False,
+    wrap: cutlass.Constexpr = False,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
+    ``wrap``: the range may pass the last tile and continue at tile 0 (``cta_tile_range`` shift).
 
     ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
     ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
@@ -161,8 +206,13 @@ def produce_tiles(
     )
     row0_g = tables[ROW_START, g]
     start = tables[ROWTILE_START, g]
+    total_rows = tables[ROWTILE_START, num_groups] if wrap else None
     for _ in range(t_begin, t_end):
         g_prev = g
+        if wrap:
+            g, col_tile, row_tile, band_lo, band_hi, end = wrap_at_end(
+                tables, g, col_tile, row_tile, band_lo, band_hi, end, col_tiles, total_rows, band
+            )
         g, col_tile, row_tile, band_lo, band_hi, end = normalize(
             tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
         )

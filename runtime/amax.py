@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -63,8 +64,35 @@ def new_amax(rows: int, num_groups: int, m_rows: int, device: torch.device) -> t
 
 
 @functools.cache
-def _spec(arch: str, rht: bool, in_dtype: str) -> GroupAmaxSpec:
-    return GroupAmaxSpec(arch=arch, rht=rht, in_dtype=in_dtype)
+def _spec(arch: str, rht: bool, in_dtype: str, walk_band: int = 0) -> GroupAmaxSpec:
+    plan = GroupAmaxSpec().plan
+    return GroupAmaxSpec(
+        arch=arch,
+        rht=rht,
+        in_dtype=in_dtype,
+        plan=dataclasses.replace(plan, walk_band=walk_band),
+    )
+
+
+# Share of L2 that an amax pass leaves for the cast kernel right after it (see ``l2_resident``).
+L2_HANDOFF_SHARE = 0.5
+
+
+@functools.cache
+def _l2_bytes(index: int) -> int:
+    return torch.cuda.get_device_properties(index).L2_cache_size
+
+
+def l2_resident(device: torch.device, num_ctas: int) -> int:
+    """Tiles per CTA that stay in L2 after an amax pass: that pass then arranges its walk so
+    that they are the first tiles of the cast kernel's CTA of the same index (same grid, same
+    walk band). x is read twice (amax, then cast); this turns part of the second read into L2
+    hits. FP8 current scaling on an H200, share 0.3 / 0.5 / 0.65 / off (two interleaved
+    rounds): dense 74.3-74.6 / 74.0 / 74.7-75.4 / 75.4-75.5 us; 64 groups 242.9 / 242.6-243.2 /
+    242.7-243.1 / 244.3-244.5 us."""
+    tile_bytes = 64 * 2 * 128  # a grouped tile: 64 rows x 2 x 128 bytes, for every dtype
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return max(int(L2_HANDOFF_SHARE * _l2_bytes(index)) // (tile_bytes * num_ctas), 0)
 
 
 def launch_group_amax(
@@ -78,17 +106,23 @@ def launch_group_amax(
     in_dtype: str = "bf16",
     col_scale: float = 1.0,
     stream: torch.cuda.Stream | None = None,
+    cast_walk_band: int | None = None,
 ) -> None:
     """Write ``amax[2, G]`` (contiguous fp32; zeroed by the kernel, so it may hold anything
     when ``x`` has rows; left as is when it has none: see ``new_amax``). No checks: callers
     validated. ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without
-    ``rht``)."""
+    ``rht``). ``cast_walk_band``: a cast kernel with that walk band and this grid follows on
+    the stream; the amax pass then walks that way too and leaves the cast's first tiles in L2
+    (``l2_resident``)."""
     m_rows, n_cols = x.shape
     if m_rows == 0:
         return
-    spec = _spec(arch, rht, in_dtype)
+    spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
     stream = stream or torch.cuda.current_stream(x.device)
     num_ctas = _launch.grid_size(spec, x.device)
+    resident = 0
+    if cast_walk_band is not None:
+        resident = l2_resident(x.device, num_ctas)
     _launch.run_grouped(
         spec,
         _launch.ptr(x),
@@ -99,6 +133,7 @@ def launch_group_amax(
         _launch.ptr(groups.launch_counter(x.device, stream, num_ctas), 8),
         sign_mask,
         float(col_scale),
+        resident,
         num_ctas=num_ctas,
         stream=stream,
     )

@@ -10,7 +10,7 @@ import torch
 from cutequant import _checks, _launch, groups
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
-from cutequant.codegen.specs import Fp8QuantizeSpec
+from cutequant.codegen.specs import WHOLE_GROUP_BAND, Fp8QuantizeSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
@@ -128,13 +128,23 @@ def fp8_group_quantize(
     scales = empty((2, num_groups), torch.float32, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     stream = torch.cuda.current_stream(dev)
+    spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
     if not delayed:
+        # the amax pass walks like the cast and leaves the cast's first tiles in L2
+        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else 0)
         launch_group_amax(
-            x, layout, amax, rht=False, sign_mask=0, arch=arch, in_dtype=in_dtype, stream=stream
+            x,
+            layout,
+            amax,
+            rht=False,
+            sign_mask=0,
+            arch=arch,
+            in_dtype=in_dtype,
+            stream=stream,
+            cast_walk_band=band,
         )
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
-        spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
         num_ctas = _launch.grid_size(spec, dev)
         _launch.run_grouped(
             spec,

@@ -144,3 +144,37 @@ def test_kernel_zeroes_its_poisoned_outputs_and_counts_launches(rng):
         graph.replay()
         torch.cuda.synchronize()
         assert _same(out[0], ref_row) and _same(out[1], ref_col), (replay, out)
+
+
+@pytest.mark.parametrize("rht", [False, True])
+@pytest.mark.parametrize("band", ["whole_group", "default"])
+@pytest.mark.parametrize("resident", [1, 2, 5])
+def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, monkeypatch):
+    """An amax pass that hands L2 to the following cast kernel shifts every CTA's tile range
+    back (cyclically) and wraps past the last tile (kernels/schedule.py): every tile must still
+    be read exactly by one CTA, for host and device splits, zero-token groups at the front,
+    middle and end (the wrap skips them) and ranges that wrap inside a group or at its end."""
+    from cutequant import _checks, amax, groups
+    from cutequant.codegen.specs import WHOLE_GROUP_BAND
+
+    monkeypatch.setattr(amax, "l2_resident", lambda *args: resident)
+    walk_band = WHOLE_GROUP_BAND if band == "whole_group" else 0
+    for n_cols, n_groups, rows, zero_at in (
+        (1024, 1, 4096, ()),
+        (640, 64, None, ("front", "middle", "end")),
+        (2048, 8, 2048, ("front", "end")),
+    ):
+        splits = random_splits(n_groups, rows, rng, zero_at=zero_at)
+        x = grouped_input(splits, n_cols, rng)
+        ref_row, ref_col = reference.group_amax(x, splits, rht=rht)
+        arch = _checks.check_device(x)
+        for dev_splits in (False, True):
+            s = torch.tensor(splits, device="cuda") if dev_splits else splits
+            layout = groups.prepare_groups(s, x.shape[0], x.device)
+            out = torch.full((2, len(splits)), float("nan"), device="cuda")
+            amax.launch_group_amax(
+                x, layout, out, rht=rht, sign_mask=0xD7E8, arch=arch, cast_walk_band=walk_band
+            )
+            torch.cuda.synchronize()
+            assert _same(out[0], ref_row), (n_groups, dev_splits, out[0], ref_row)
+            assert _same(out[1], ref_col), (n_groups, dev_splits, out[1], ref_col)
