@@ -25,6 +25,12 @@ def main():
             x, splits, stochastic_rounding=True, amax_estimation_scale=2.0
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
+    # the shifted, wrapping walk of the amax pass before an FP8 cast (forced: 1 resident tile)
+    from cutequant import amax
+
+    amax.l2_resident = lambda *args: 1
+    splits = random_splits(65, None, gen, zero_at=("front", "middle", "end"), mean_rows=48)
+    cutequant.fp8_group_quantize(grouped_input(splits, 256, gen), splits)
     torch.cuda.synchronize()
     print("sanitize_run: done")
 
