@@ -111,12 +111,14 @@ def launch_group_amax(
     """Write ``amax[2, G]`` (contiguous fp32; zeroed by the kernel, so it may hold anything
     when ``x`` has rows; left as is when it has none: see ``new_amax``). No checks: callers
     validated. ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without
-    ``rht``). ``cast_walk_band``: a cast kernel with that walk band and this grid follows on
-    the stream; the amax pass then walks that way too and leaves the cast's first tiles in L2
-    (``l2_resident``)."""
+    ``rht``). ``cast_walk_band`` (a band > 1): a cast kernel with that walk band and this grid
+    follows on the stream; the amax pass then walks that way too and leaves the cast's first
+    tiles in L2 (``l2_resident``)."""
     m_rows, n_cols = x.shape
     if m_rows == 0:
         return
+    if cast_walk_band is not None and cast_walk_band <= 1:
+        raise ValueError("cast_walk_band: the L2 hand-off needs a band > 1 (token-fastest walk)")
     spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
     stream = stream or torch.cuda.current_stream(x.device)
     num_ctas = _launch.grid_size(spec, x.device)

@@ -130,8 +130,9 @@ def fp8_group_quantize(
     stream = torch.cuda.current_stream(dev)
     spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
     if not delayed:
-        # the amax pass walks like the cast and leaves the cast's first tiles in L2
-        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else 0)
+        # with a transposed output the amax pass walks like the cast and leaves the cast's first
+        # tiles in L2 (rowwise only: the cast walks column-fastest; no hand-off)
+        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else None)
         launch_group_amax(
             x,
             layout,

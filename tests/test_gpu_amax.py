@@ -147,7 +147,7 @@ def test_kernel_zeroes_its_poisoned_outputs_and_counts_launches(rng):
 
 
 @pytest.mark.parametrize("rht", [False, True])
-@pytest.mark.parametrize("band", ["whole_group", "default"])
+@pytest.mark.parametrize("band", ["whole_group", 3])
 @pytest.mark.parametrize("resident", [1, 2, 5])
 def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, monkeypatch):
     """An amax pass that hands L2 to the following cast kernel shifts every CTA's tile range
@@ -158,7 +158,7 @@ def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, mon
     from cutequant.codegen.specs import WHOLE_GROUP_BAND
 
     monkeypatch.setattr(amax, "l2_resident", lambda *args: resident)
-    walk_band = WHOLE_GROUP_BAND if band == "whole_group" else 0
+    walk_band = WHOLE_GROUP_BAND if band == "whole_group" else band
     for n_cols, n_groups, rows, zero_at in (
         (1024, 1, 4096, ()),
         (640, 64, None, ("front", "middle", "end")),
