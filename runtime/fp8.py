@@ -132,7 +132,7 @@ def fp8_group_quantize(
     if not delayed:
         # with a transposed output the amax pass walks like the cast and leaves the cast's first
         # tiles in L2 (rowwise only: the cast walks column-fastest; no hand-off)
-        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else None)
+        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else 1)
         launch_group_amax(
             x,
             layout,
@@ -142,7 +142,7 @@ def fp8_group_quantize(
             arch=arch,
             in_dtype=in_dtype,
             stream=stream,
-            cast_walk_band=band,
+            cast_walk_band=band if band > 1 else None,
         )
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
