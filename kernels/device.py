@@ -386,7 +386,8 @@ def pack_e2m1x8(v, code_bits) -> Uint32:
 # L2 eviction priorities. Compact NVFP4 scales leave 2-byte pieces that only whole tiles
 # later complete a 32-byte sector; evicted half-written, each costs a DRAM read-modify-write
 # (ncu, 65536x2048 in 64 groups: +33 MB read, +32 MB written). Marking those stores evict_last
-# keeps the sectors in L2 until complete (compact 64 groups 295 -> 251 us on an H200).
+# keeps the sectors in L2 until complete (compact 64 groups 295 -> 251 us on an H200; with x
+# also loaded evict_first, 222 us: perf/NOTES.md attempt 27).
 
 
 @dsl_user_op
