@@ -96,15 +96,20 @@ def load_shared_v4(addr: Int32) -> list:
 
 
 @dsl_user_op
-def load_shared_u16(addr: Int32, *, loc=None, ip=None) -> Uint32:
-    """One zero-extended 16-bit word from shared address ``addr`` (volatile: it must stay
-    before the stage release that follows it)."""
+def load_shared_u16x2(
+    lo_addr: Int32, lo_off: int, hi_addr: Int32, hi_off: int, *, loc=None, ip=None
+) -> Uint32:
+    """Two 16-bit shared words, ``[lo_addr + lo_off]`` into bits 0-15 and ``[hi_addr + hi_off]``
+    into bits 16-31 (the offsets are compile-time immediates of the LDS). Volatile: the loads
+    must stay before the stage release that follows them."""
     return Uint32(
         llvm.inline_asm(
             T.i32(),
-            _ir((addr,), (Int32,), loc, ip),
-            "{\n\t.reg .b16 h;\n\tld.shared.b16 h, [$1];\n\tcvt.u32.u16 $0, h;\n\t}",
-            "=r,r",
+            _ir((lo_addr, hi_addr), (Int32, Int32), loc, ip),
+            "{\n\t.reg .b16 lo, hi;\n\t"
+            f"ld.shared.b16 lo, [$1+{int(lo_off)}];\n\tld.shared.b16 hi, [$2+{int(hi_off)}];\n\t"
+            "mov.b32 $0, {lo, hi};\n\t}",
+            "=r,r,r",
             has_side_effects=True,
             is_align_stack=False,
         )
