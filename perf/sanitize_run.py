@@ -24,6 +24,9 @@ def main():
         cutequant.nvfp4_group_quantize(
             x, splits, stochastic_rounding=True, amax_estimation_scale=2.0
         )
+        cutequant.nvfp4_group_quantize(  # the gathered (no-RHT) column path with SR
+            x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
+        )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
     # the shifted, wrapping walk of the amax pass before an FP8 cast (forced: 1 resident tile)
     from cutequant import amax
