@@ -81,6 +81,14 @@ def cta_tile_range(
 
 
 @cute.jit
+def enter_group(tables: cute.Tensor, g: Int32):
+    """The first group with tokens at or after ``g`` and its row-tile range: (g, start, end)."""
+    while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
+        g += 1
+    return g, tables[ROWTILE_START, g], tables[ROWTILE_START, g + 1]
+
+
+@cute.jit
 def wrap_at_end(
     tables: cute.Tensor,
     g: Int32,
@@ -97,12 +105,8 @@ def wrap_at_end(
     last group with tokens; ``total_rows`` = all row tiles): the walk state of tile 0. Any other
     state passes through unchanged (then ``normalize`` as usual). For shifted ranges only."""
     if row_tile == band_hi and band_hi == total_rows and col_tile == col_tiles - 1:
-        g = Int32(0)
-        while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
-            g += 1
+        g, band_lo, end = enter_group(tables, Int32(0))
         col_tile = Int32(0)
-        band_lo = tables[ROWTILE_START, g]
-        end = tables[ROWTILE_START, g + 1]
         band_hi = cutlass.min(band_lo + band, end)
         row_tile = band_lo
     return g, col_tile, row_tile, band_lo, band_hi, end
@@ -166,11 +170,7 @@ def normalize(
             col_tile = Int32(0)
             band_lo = band_hi
             if band_lo == end:
-                g += 1
-                while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
-                    g += 1
-                band_lo = tables[ROWTILE_START, g]
-                end = tables[ROWTILE_START, g + 1]
+                g, band_lo, end = enter_group(tables, g + 1)
             band_hi = cutlass.min(band_lo + band, end)
             row_tile = band_lo
     return g, col_tile, row_tile, band_lo, band_hi, end

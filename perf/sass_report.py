@@ -46,7 +46,7 @@ def main(argv=None) -> int:
     os.environ["CUTE_DSL_DUMP_DIR"] = str(out)  # read when the DSL is first imported
     from cutequant import cli, jit
 
-    rows = []
+    rows, index = [], []
     for spec in cli.all_specs("sm_90a"):
         if args.family and spec.family != args.family:
             continue
@@ -68,6 +68,9 @@ def main(argv=None) -> int:
             regs = re.findall(r"REG:(\d+)", res)
             rows.append((spec.describe(), regs, counts))
             (d / "kernel.sass").write_text(sass)
+            (d / "res.txt").write_text(res)
+        index.append(f"{spec.describe()}\t{d.name}")
+    (out / "index.tsv").write_text("\n".join(index) + "\n")  # for diffing two builds by spec
     for desc, regs, counts in rows:
         print(desc)
         print("   regs", ",".join(regs), " ", "  ".join(f"{k}={v}" for k, v in counts.items() if v))
