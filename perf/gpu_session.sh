@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# One device call: install, GPU tests, SASS facts, benchmarks. Logs go to $OUT (or ./gpu-out).
+# One device call: install, GPU tests, optional compute-sanitizer runs, benchmarks. Logs go to
+# $OUT (or ./gpu-out).
 #   bash .gpu-bundle/setup.sh && . /opt/cutedsl/env.sh && python3 -m pip install -q --no-deps \
-#     --no-build-isolation -e . && bash perf/gpu_session.sh [pytest -k expr] [bench ops]
+#     --no-build-isolation -e . && SAN=1 bash perf/gpu_session.sh [pytest -k expr] [bench ops]
+# SAN=1: memcheck, racecheck and synccheck over perf/sanitize_run.py (~30 s each).
+# Bench ops "all": every op of perf/bench.py, with bench.json.
 set -uo pipefail
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
@@ -9,8 +12,18 @@ export PYTHONUNBUFFERED=1 CUTEQUANT_CACHE_DIR=${CUTEQUANT_CACHE_DIR:-/tmp/cq-cac
 K=${1:-}
 OPS=${2:-}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem,power.draw --format=csv | tee "$OUT/gpu.txt"
-timeout 400 python3 -m pytest tests -m gpu -q -rf --tb=short --timeout=240 ${K:+-k "$K"} -p no:cacheprovider 2>&1 \
-  | tee "$OUT/pytest.txt" | tail -40
-if [ -n "$OPS" ]; then
+timeout 400 python3 -m pytest tests -m gpu -q -rf --tb=short ${K:+-k "$K"} -p no:cacheprovider 2>&1 \
+  | tee "$OUT/pytest.txt" | tail -5
+if [ "${SAN:-0}" = 1 ]; then
+  for tool in memcheck racecheck synccheck; do
+    timeout 200 compute-sanitizer --tool "$tool" python3 perf/sanitize_run.py >"$OUT/san_$tool.txt" 2>&1
+    echo "$tool rc=$?: $(grep -h "SUMMARY" "$OUT/san_$tool.txt" | tail -2 | tr '\n' ' ')" \
+      | tee -a "$OUT/san.txt"
+  done
+fi
+if [ "$OPS" = all ]; then
+  python3 perf/bench.py --json "$OUT/bench.json" >"$OUT/bench.txt" 2>&1
+  tail -70 "$OUT/bench.txt"
+elif [ -n "$OPS" ]; then
   python3 perf/bench.py --ops "$OPS" --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.txt"
 fi
