@@ -190,14 +190,13 @@ def produce_tiles(
     tile_cols: cutlass.Constexpr,
     band: cutlass.Constexpr,
     evict_first: cutlass.Constexpr = False,
-    wrap: cutlass.Constexpr = False,
     resident: Int32 = None,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
-    ``wrap``: the range may pass the last tile and continue at tile 0 (``cta_tile_range`` shift).
-    ``resident`` (with ``wrap``): the last ``resident`` tiles, which the next kernel reads first,
-    are loaded with the L2 evict_last hint, so that its writes evict them last.
+    ``resident`` (given for ranges shifted by ``cta_tile_range(..., resident)``): the range may
+    pass the last tile and continue at tile 0, and its last ``resident`` tiles, which the next
+    kernel reads first, are loaded with the L2 evict_last hint, so that its writes evict them last.
 
     ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
     ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
@@ -212,8 +211,9 @@ def produce_tiles(
     )
     row0_g = tables[ROW_START, g]
     start = tables[ROWTILE_START, g]
+    wrap = resident is not None
     total_rows = tables[ROWTILE_START, num_groups] if wrap else None
-    keep_policy = dev.l2_evict_last_policy() if resident is not None else None
+    keep_policy = dev.l2_evict_last_policy() if wrap else None
     for t in range(t_begin, t_end):
         g_prev = g
         if wrap:
@@ -238,23 +238,17 @@ def produce_tiles(
             cute.group_modes(g_tile, 0, 2),
         )
         pipe.producer_acquire(state)
-        if resident is not None and t >= t_end - resident:
-            cute.copy(
-                tma_atom,
-                t_gmem,
-                t_smem[(None, state.index)],
-                tma_bar_ptr=pipe.producer_get_barrier(state),
-                cache_policy=keep_policy,
-            )
+        if wrap and t >= t_end - resident:
+            tma_load(tma_atom, t_gmem, t_smem[(None, state.index)], pipe, state, keep_policy)
         else:
-            cute.copy(
-                tma_atom,
-                t_gmem,
-                t_smem[(None, state.index)],
-                tma_bar_ptr=pipe.producer_get_barrier(state),
-                **({} if cache_policy is None else {"cache_policy": cache_policy}),
-            )
+            tma_load(tma_atom, t_gmem, t_smem[(None, state.index)], pipe, state, cache_policy)
         pipe.producer_commit(state)
         state.advance()
         row_tile += 1
     pipe.producer_tail(state)
+
+
+def tma_load(tma_atom: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, pipe, state, policy):
+    """One TMA tile load into ``state``'s stage, with an L2 cache-hint policy unless None."""
+    kwargs = {} if policy is None else {"cache_policy": policy}
+    cute.copy(tma_atom, src, dst, tma_bar_ptr=pipe.producer_get_barrier(state), **kwargs)
