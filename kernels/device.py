@@ -407,21 +407,23 @@ def l2_evict_first_policy(*, loc=None, ip=None) -> Int64:
     return Int64(_asm(T.i64(), "createpolicy.fractional.L2::evict_first.b64 $0, 1.0;", "=l", []))
 
 
-def _st_global(op: str, addr: Int64, words, policy, loc, ip):
-    """``st.global.<op>`` of ``words`` at ``addr``, with an L2 cache-hint policy if given."""
+def _st_global(op: str, addr: Int64, words, policy, loc, ip, value: str = "", prelude: str = ""):
+    """``st.global.<op>`` of ``words`` at ``addr``, with an L2 cache-hint policy if given.
+    ``value``: the stored operand when it is not the words themselves (computed by ``prelude``)."""
     n = len(words)
-    vals = "$1" if n == 1 and op == "b32" else "{" + ", ".join(f"${i + 1}" for i in range(n)) + "}"
+    if not value:
+        value = "{" + ", ".join(f"${i + 1}" for i in range(n)) + "}" if n > 1 else "$1"
     if policy is None:
-        _side_effect(f"st.global.{op} [$0], {vals};", Int64, addr, words, loc, ip)
-        return
-    ptx = f"st.global.L2::cache_hint.{op} [$0], {vals}, ${n + 1};"
+        ptx = f"st.global.{op} [$0], {value};"
+        args, types, cons = (addr, *words), (Int64,) + (Uint32,) * n, "l" + ",r" * n
+    else:
+        ptx = f"st.global.L2::cache_hint.{op} [$0], {value}, ${n + 1};"
+        args, types = (addr, *words, policy), (Int64,) + (Uint32,) * n + (Int64,)
+        cons = "l" + ",r" * n + ",l"
+    if prelude:
+        ptx = "{\n\t" + prelude + "\n\t" + ptx + "\n\t}"
     llvm.inline_asm(
-        None,
-        _ir((addr, *words, policy), (Int64,) + (Uint32,) * n + (Int64,), loc, ip),
-        ptx,
-        "l" + ",r" * n + ",l",
-        has_side_effects=True,
-        is_align_stack=False,
+        None, _ir(args, types, loc, ip), ptx, cons, has_side_effects=True, is_align_stack=False
     )
 
 
@@ -447,20 +449,8 @@ def st_global_b32(addr: Int64, a: Uint32, policy=None, *, loc=None, ip=None):
 @dsl_user_op
 def st_global_b16(addr: Int64, a: Uint32, policy=None, *, loc=None, ip=None):
     """The low 16 bits of ``a``."""
-    cvt = "cvt.u16.u32 h, $1;"
-    if policy is None:
-        ptx = "{\n\t.reg .b16 h;\n\t" + cvt + "\n\tst.global.b16 [$0], h;\n\t}"
-        _side_effect(ptx, Int64, addr, (a,), loc, ip)
-        return
-    ptx = "{\n\t.reg .b16 h;\n\t" + cvt + "\n\tst.global.L2::cache_hint.b16 [$0], h, $2;\n\t}"
-    llvm.inline_asm(
-        None,
-        _ir((addr, a, policy), (Int64, Uint32, Int64), loc, ip),
-        ptx,
-        "l,r,l",
-        has_side_effects=True,
-        is_align_stack=False,
-    )
+    prelude = ".reg .b16 h;\n\tcvt.u16.u32 h, $1;"
+    _st_global("b16", addr, (a,), policy, loc, ip, value="h", prelude=prelude)
 
 
 def swizzled_scale_offset(r, c, num_cols_div4):
