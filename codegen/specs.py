@@ -118,8 +118,21 @@ class GroupTablesSpec(KernelSpec):
     splits_int64: bool = False
 
 
+class _CastWalk:
+    """The tile walk of a cast kernel (NVFP4, FP8): the plan's band, else token-fastest over
+    whole groups when a transposed output is written, column-fastest without one
+    (kernels/schedule.py). One rule for the template and for the runtime's L2 hand-off from the
+    amax pass, which must walk the same way."""
+
+    def walk_band(self) -> int:
+        return self.plan.walk_band or (WHOLE_GROUP_BAND if self.columnwise else 1)
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "walk": self.walk_band()}
+
+
 @dataclass(frozen=True)
-class Nvfp4QuantizeSpec(KernelSpec):
+class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
     """Grouped NVFP4 quantize: rowwise (raw x) and/or columnwise (RHT(x^T) or x^T) from one read."""
 
     template: ClassVar[str] = "nvfp4_quantize.py.j2"
@@ -141,7 +154,7 @@ class Nvfp4QuantizeSpec(KernelSpec):
 
 
 @dataclass(frozen=True)
-class Fp8QuantizeSpec(KernelSpec):
+class Fp8QuantizeSpec(_CastWalk, KernelSpec):
     """Grouped FP8 per-tensor cast (current or delayed scaling), rowwise and/or transposed."""
 
     template: ClassVar[str] = "fp8_quantize.py.j2"

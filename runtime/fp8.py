@@ -10,7 +10,7 @@ import torch
 from cutequant import _checks, _launch, groups
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
-from cutequant.codegen.specs import WHOLE_GROUP_BAND, Fp8QuantizeSpec
+from cutequant.codegen.specs import Fp8QuantizeSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
@@ -132,7 +132,7 @@ def fp8_group_quantize(
     if not delayed:
         # with a transposed output the amax pass walks like the cast and leaves the cast's first
         # tiles in L2 (rowwise only: the cast walks column-fastest; no hand-off)
-        band = spec.plan.walk_band or (WHOLE_GROUP_BAND if columnwise else 1)
+        band = spec.walk_band()
         launch_group_amax(
             x,
             layout,
