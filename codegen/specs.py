@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -49,13 +50,22 @@ class TilePlan:
             )
 
 
+def _pdl_default() -> bool:
+    """Programmatic dependent launch unless ``CUTEQUANT_PDL=0`` (read when a spec is made)."""
+    return os.environ.get("CUTEQUANT_PDL", "1") != "0"
+
+
 @dataclass(frozen=True)
 class KernelSpec:
-    """Base class: subclasses add their switches as dataclass fields."""
+    """Base class: subclasses add their switches as dataclass fields.
+
+    ``pdl``: launch with programmatic dependent launch (kernels/schedule.py, ``wait_prior_grids``).
+    """
 
     template: ClassVar[str] = ""
     family: ClassVar[str] = ""
     arch: str = "sm_90a"
+    pdl: bool = field(default_factory=_pdl_default)
 
     def __post_init__(self):
         if self.arch not in ARCHS:

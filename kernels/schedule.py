@@ -44,6 +44,45 @@ TILE_ROWS = 64  # rows per grouped tile: every split is a multiple of 16, so a t
 WHOLE_GROUP = 1 << 26  # a walk band wider than any group (row tiles of an int32 row count: < 2^25)
 
 
+# Programmatic dependent launch (PDL). Every kernel is launched with ``use_pdl`` (unless
+# CUTEQUANT_PDL=0): it may start while the kernel before it on the stream is still finishing,
+# so its launch and setup (shared-memory barriers, the TMA descriptor prefetch) overlap that
+# kernel's tail, and it lets its own successor do the same. H200, two rounds each (perf/NOTES.md
+# attempt 48): amax RHT dense 23.8 -> 22.7-23.2 us, FP8 cast 52-54 -> 51.7 us, FP8 current
+# scaling 73.6 -> 72.8 us.
+#
+# A persistent grid has one CTA per SM (``ctas_per_sm``) and equal tile ranges per CTA. Without
+# PDL a grid starts on an idle GPU and the hardware spreads its CTAs one per SM. With PDL the
+# CTAs are placed while the previous kernel still runs, on whichever SMs have room first: an SM
+# freed early took two CTAs of a small-footprint grid (the amax kernel, ~98 KB of shared
+# memory) while others took none, and that SM then had twice the work (NVFP4 quantize + amax,
+# 64 groups: 277 -> 288 us). So a persistent kernel asks for enough shared memory that
+# ``ctas_per_sm + 1`` of its CTAs never fit on one SM.
+SM90_SMEM_PER_SM = 228 * 1024  # shared memory of an H100 / H200 SM
+SMEM_RESERVED_PER_CTA = 1024  # the system's share of every resident CTA
+
+
+def persistent_smem_bytes(storage_bytes: int, ctas_per_sm: int) -> int:
+    """Dynamic shared memory to launch a persistent kernel with: its storage (plus 1 KB of
+    base-alignment slack) and at least enough that ``ctas_per_sm + 1`` CTAs exceed an SM."""
+    crowd = ctas_per_sm + 1
+    floor = SM90_SMEM_PER_SM // crowd - SMEM_RESERVED_PER_CTA + 1
+    return max(storage_bytes + 1024, floor)
+
+
+@cute.jit
+def wait_prior_grids():
+    """PDL: every thread of every CTA passes here before its first global-memory access, read
+    or write. ``griddepcontrol.wait`` returns once the grids this one depends on have completed
+    and flushed memory, so what follows sees every earlier result and writes nothing that an
+    earlier kernel may still read. Every CTA waits, even one without tiles: a kernel's
+    completion then implies its predecessors' (what the next kernel's wait relies on). The
+    trigger right after lets the next PDL kernel launch as soon as SMs have room; its threads
+    wait here in turn. Without a programmatic dependency both instructions do nothing."""
+    cute.arch.griddepcontrol_wait()
+    cute.arch.griddepcontrol_launch_dependents()
+
+
 @cute.jit
 def cta_tile_range(
     tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32, resident=0

@@ -107,3 +107,34 @@ def test_cli_show_kernel(capsys):
         cli.main(["show-kernel", "nvfp4_quantize", "bogus=1"])
     assert cli.main(["list"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(ALL)
+
+
+def test_programmatic_dependent_launch_is_a_spec_switch(monkeypatch):
+    """Every kernel waits for the grids before it (PDL) once, before any global access, and is
+    launched with use_pdl as its spec says; CUTEQUANT_PDL=0 turns it off for new specs."""
+    for spec in ALL:
+        src = render(spec)
+        assert spec.pdl
+        assert src.count("sched.wait_prior_grids()") == 1, spec.describe()
+        assert "use_pdl=True" in src and "use_pdl=False" not in src
+        off = dataclasses.replace(spec, pdl=False)
+        assert "use_pdl=False" in render(off) and off.key() != spec.key()
+    monkeypatch.setenv("CUTEQUANT_PDL", "0")
+    assert not S.GroupAmaxSpec().pdl and not S.Fp8QuantizeSpec().pdl
+    monkeypatch.setenv("CUTEQUANT_PDL", "1")
+    assert S.Nvfp4QuantizeSpec().pdl
+
+
+@pytest.mark.parametrize("ctas_per_sm", [1, 2])
+@pytest.mark.parametrize("storage", [0, 16 << 10, 70 << 10, 98 << 10, 150 << 10])
+def test_persistent_smem_keeps_one_grid_to_its_ctas_per_sm(ctas_per_sm, storage):
+    """With PDL a grid's CTAs are placed while the previous kernel runs: the shared memory asked
+    for must keep ctas_per_sm + 1 of them off one SM, and cover the kernel's storage."""
+    from cutequant.kernels import schedule as sched
+
+    smem = sched.persistent_smem_bytes(storage, ctas_per_sm)
+    per_cta = smem + sched.SMEM_RESERVED_PER_CTA
+    assert smem >= storage + 1024
+    assert (ctas_per_sm + 1) * per_cta > sched.SM90_SMEM_PER_SM
+    if storage + 1024 <= sched.SM90_SMEM_PER_SM // ctas_per_sm - sched.SMEM_RESERVED_PER_CTA:
+        assert ctas_per_sm * per_cta <= sched.SM90_SMEM_PER_SM  # the planned CTAs still fit

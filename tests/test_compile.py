@@ -2,6 +2,7 @@
 
 import contextlib
 import ctypes.util
+import dataclasses
 
 import pytest
 
@@ -16,6 +17,16 @@ def test_compiles_for_sm90a(spec):
     compiled = jit.compile_spec(spec)
     assert compiled is not None
     assert jit.stats.compiles == before + 1
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],
+    ids=lambda s: s.describe(),
+)
+def test_compiles_without_pdl(spec):
+    assert not spec.pdl
+    assert jit.compile_spec(spec) is not None
 
 
 def test_memory_cache_compiles_once(monkeypatch, tmp_path):

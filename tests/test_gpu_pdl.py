@@ -1,0 +1,54 @@
+"""GPU: back-to-back calls on one stream, as programmatic dependent launch (PDL) runs them.
+
+No synchronization between the calls. Each kernel may start while the one before it finishes,
+so it must see everything earlier kernels wrote (its input, rewritten by a torch op right
+before; the amax pass's output; the device-splits tables that every call rebuilds in the
+runtime's per-stream workspace) and must write nothing that an earlier kernel still reads (the
+next call's table kernel overwrites the tables the previous cast kernel walks)."""
+
+import pytest
+import torch
+
+import cutequant
+from cutequant import reference
+from cutequant.testing import grouped_input, random_splits
+
+pytestmark = pytest.mark.gpu
+E4M3 = torch.float8_e4m3fn
+
+
+def _bits_equal(got, want) -> bool:
+    got = got.contiguous().cpu().view(torch.uint8).reshape(-1)
+    want = want.contiguous().cpu().view(torch.uint8).reshape(-1)
+    return torch.equal(got, want)
+
+
+def test_back_to_back_calls_see_each_others_results(rng):
+    n_cols = 256
+    rounds = []
+    buf = torch.empty(16384 * n_cols, dtype=torch.bfloat16, device="cuda")
+    for i in range(6):
+        splits = random_splits(
+            5 + 7 * i, None, rng, zero_at=(("front",), ("middle",), ("end",))[i % 3]
+        )
+        src = grouped_input(splits, n_cols, rng)
+        x = buf[: src.numel()].view(src.shape)
+        x.copy_(src)  # the input buffer is rewritten right before every round
+        dev_splits = torch.tensor(splits, dtype=torch.int64, device="cuda")
+        amax_row, amax_col = cutequant.group_amax(x, dev_splits)
+        amax = torch.stack((amax_row, amax_col))
+        nvfp4 = cutequant.nvfp4_group_quantize(x, dev_splits, amax=amax)
+        fp8 = cutequant.fp8_group_quantize(x, dev_splits, scaling="current", fp8_dtype=E4M3)
+        rounds.append((splits, src, amax, nvfp4, fp8))
+    torch.cuda.synchronize()
+    for i, (splits, src, amax, nvfp4, fp8) in enumerate(rounds):
+        ref_row, ref_col = reference.group_amax(src, splits)
+        assert _bits_equal(amax[0], ref_row) and _bits_equal(amax[1], ref_col), i
+        want = reference.nvfp4_group_quantize(src, splits, amax=amax)
+        for g, (got, w) in enumerate(zip(nvfp4.groups(), want, strict=True)):
+            for key in ("row_data", "row_scales", "col_data", "col_scales"):
+                assert _bits_equal(got[key], w[key]), (i, g, key)
+        want = reference.fp8_group_quantize(src, splits, scaling="current", fp8_dtype=E4M3)
+        for g, (got, w) in enumerate(zip(fp8.groups(), want, strict=True)):
+            for key in ("row_data", "col_data", "scale", "scale_inv", "amax"):
+                assert _bits_equal(got[key], w[key]), (i, g, key)
