@@ -59,7 +59,9 @@ class GroupLayout:
     m_rows: int
     tables: torch.Tensor  # int32 [4, G + 1] on the device
     host_splits: tuple[int, ...] | None
-    status: torch.Tensor | None = None  # device int32 [1]: 0 valid, 1 bad (device splits only)
+    # device splits only: this call's int32 [G + 2] (row starts, then the status: 0 valid,
+    # 1 bad), written by the table kernel; unlike the workspace tables no later call reuses it
+    snapshot: torch.Tensor | None = None
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
@@ -73,12 +75,13 @@ class GroupLayout:
         """Host split sizes (synchronizes once when the splits came as a device tensor)."""
         if self.host_splits is None:
             self.check()
-            self.host_splits = tuple(int(v) for v in self.tables[0].diff().cpu().tolist())
+            starts = self.snapshot[: self.num_groups + 1]
+            self.host_splits = tuple(int(v) for v in starts.diff().cpu().tolist())
         return self.host_splits
 
     def check(self) -> None:
         """Raise if device-side validation flagged the splits (synchronizes)."""
-        if self.status is not None and int(self.status.item()) != 0:
+        if self.snapshot is not None and int(self.snapshot[-1].item()) != 0:
             raise ValueError(
                 "splits: every split must be a non-negative multiple of 16 and they must sum to "
                 f"x.shape[0] = {self.m_rows} (device-side check failed; nothing was written)"
@@ -169,12 +172,11 @@ def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
 
 @dataclass
 class Workspace:
-    """Per (device, stream) scratch, reused by every call on that stream (calls on one stream
-    run in order, so one set suffices): int32 room for device-built lookup tables and their
-    validity flag."""
+    """Per (device, stream) scratch, reused by every call on that stream (its kernels run in
+    order, so one set suffices): int32 room for device-built lookup tables. What a result needs
+    after its call (split sizes, validity) goes to the call's own ``GroupLayout.snapshot``."""
 
     tables: torch.Tensor
-    status: torch.Tensor
 
 
 def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) -> Workspace:
@@ -184,11 +186,8 @@ def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) 
         ws = _WORKSPACES.get(key)
         if ws is None or ws.tables.numel() < 4 * (num_groups + 1):
             groups_cap = max(num_groups, 1024, 0 if ws is None else 2 * (ws.tables.numel() // 4))
-            i32 = dict(dtype=torch.int32, device=device)
-            ws = Workspace(
-                tables=torch.empty(4 * (groups_cap + 1), **i32),
-                status=torch.zeros(1, **i32),
-            )
+            tables = torch.empty(4 * (groups_cap + 1), dtype=torch.int32, device=device)
+            ws = Workspace(tables=tables)
             _WORKSPACES[key] = ws
     return ws
 
@@ -248,8 +247,8 @@ def _device_groups(
     num_groups = splits.numel()
     stream = torch.cuda.current_stream(device)
     ws = workspace(device, num_groups, stream)
-    status = ws.status
     tables = ws.tables[: 4 * (num_groups + 1)].view(4, num_groups + 1)
+    snapshot = torch.empty(num_groups + 2, dtype=torch.int32, device=device)
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )
@@ -259,12 +258,12 @@ def _device_groups(
         num_groups,
         m_rows,
         _launch.ptr(tables, 4),
-        _launch.ptr(status, 4),
-        _launch.ptr(poison if poison is not None else status.view(torch.float32), 4),
+        _launch.ptr(snapshot, 4),
+        _launch.ptr(poison if poison is not None else snapshot.view(torch.float32), 4),
         poison.numel() if poison is not None else 0,
         stream=stream,
     )
-    layout = GroupLayout(num_groups, m_rows, tables, None, status)
+    layout = GroupLayout(num_groups, m_rows, tables, None, snapshot)
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
         layout.check()
     return layout

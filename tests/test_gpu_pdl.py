@@ -52,3 +52,27 @@ def test_back_to_back_calls_see_each_others_results(rng):
         for g, (got, w) in enumerate(zip(fp8.groups(), want, strict=True)):
             for key in ("row_data", "col_data", "scale", "scale_inv", "amax"):
                 assert _bits_equal(got[key], w[key]), (i, g, key)
+
+
+def test_results_keep_their_own_splits_and_status(rng):
+    """With device splits a result reads its split sizes (and the device-side validity) lazily;
+    calls made in between rebuild the runtime's workspace tables, which it must not see."""
+    n_cols = 128
+    first = random_splits(9, None, rng, zero_at=("middle",))
+    x1 = grouped_input(first, n_cols, rng)
+    res1 = cutequant.fp8_group_quantize(
+        x1, torch.tensor(first, device="cuda"), scaling="current", fp8_dtype=E4M3
+    )
+    bad = torch.tensor([16, 24], device="cuda")  # 24 is not a multiple of 16
+    x_bad = torch.zeros(40, n_cols, dtype=torch.bfloat16, device="cuda")
+    res_bad = cutequant.nvfp4_group_quantize(x_bad, bad)
+    second = random_splits(3, None, rng)
+    x2 = grouped_input(second, n_cols, rng)
+    res2 = cutequant.nvfp4_group_quantize(x2, torch.tensor(second, device="cuda"))
+    assert res1.splits == tuple(first)
+    assert res2.splits == tuple(second)
+    with pytest.raises(ValueError, match="splits"):
+        res_bad.splits  # noqa: B018
+    want = reference.fp8_group_quantize(x1, first, scaling="current", fp8_dtype=E4M3)
+    for g, (got, w) in enumerate(zip(res1.groups(), want, strict=True)):
+        assert _bits_equal(got["row_data"], w["row_data"]), g
