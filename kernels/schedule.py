@@ -230,12 +230,21 @@ def produce_tiles(
     band: cutlass.Constexpr,
     evict_first: cutlass.Constexpr = False,
     resident: Int32 = None,
+    early_x: Int32 = None,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
     ``resident`` (given for ranges shifted by ``cta_tile_range(..., resident)``): the range may
     pass the last tile and continue at tile 0, and its last ``resident`` tiles, which the next
     kernel reads first, are loaded with the L2 evict_last hint, so that its writes evict them last.
+    ``early_x`` != 0 (the runtime's flag for a cast kernel launched right after the same call's
+    amax pass over the same x; the producer warp then skipped the kernel's ``wait_prior_grids``):
+    the first ring's worth of tiles is loaded before waiting. Safe: this grid launches only after
+    every CTA of the amax pass has triggered, each after its own wait, i.e. after every kernel
+    before the amax pass (x's producer included) completed and flushed. Only loads of x (and
+    reads of the tables, also written before the amax pass) move ahead; the amax values and
+    every store still wait. The first tiles (the L2 hand-off's) then arrive while the amax pass
+    finishes on other SMs instead of after it.
 
     ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
     ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
@@ -284,6 +293,12 @@ def produce_tiles(
         pipe.producer_commit(state)
         state.advance()
         row_tile += 1
+        if early_x is not None:
+            if early_x != 0 and t == t_begin + pipe.num_stages - 1:
+                wait_prior_grids()
+    if early_x is not None:
+        if early_x != 0 and t_end - t_begin < pipe.num_stages:
+            wait_prior_grids()
     pipe.producer_tail(state)
 
 

@@ -162,6 +162,7 @@ def fp8_group_quantize(
             _launch.ptr(groups.launch_counter(dev, stream, num_ctas), 8),
             float(amax_epsilon),
             int(force_pow2_scales),
+            int(not delayed and m_rows > 0),  # early_x: right after the amax pass (produce_tiles)
             num_ctas=num_ctas,
             stream=stream,
         )
