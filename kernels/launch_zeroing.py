@@ -8,9 +8,10 @@ at the kernel's tail (+0.9 us, perf/NOTES.md attempt 15). Here the zeroing happe
 kernel's *head*, off the critical path:
 
 * one warp of every CTA takes a ticket from a 64-bit counter that the runtime keeps per
-  (device, stream, grid size) and never resets; kernels on one stream run one after another and
-  every CTA takes exactly one ticket, so ``ticket // grid`` numbers the launch and
-  ``ticket % grid == 0`` picks one CTA of it, the first to arrive;
+  (device, stream, grid size) and never resets; kernels on one stream run one after another
+  (with programmatic dependent launch they may start early, but take no ticket before their
+  ``schedule.wait_prior_grids``) and every CTA takes exactly one ticket, so ``ticket // grid``
+  numbers the launch and ``ticket % grid == 0`` picks one CTA of it, the first to arrive;
 * that CTA zeroes the outputs and publishes ``launch + 1`` in the counter's second word
   (release, gpu scope);
 * every CTA's warp waits for that word (acquire) and arrives on a one-arrival mbarrier in its
