@@ -76,3 +76,37 @@ def test_results_keep_their_own_splits_and_status(rng):
     want = reference.fp8_group_quantize(x1, first, scaling="current", fp8_dtype=E4M3)
     for g, (got, w) in enumerate(zip(res1.groups(), want, strict=True)):
         assert _bits_equal(got["row_data"], w["row_data"]), g
+
+
+def test_chained_calls_replayed_in_a_cuda_graph(rng):
+    """Graph capture turns the launches' programmatic dependencies into graph edges; the cast
+    kernels' early loads of x (after their call's amax pass) must see each replay's new input."""
+    n_cols = 256
+    splits = random_splits(6, None, rng, zero_at=("middle",))
+    x = grouped_input(splits, n_cols, rng)
+
+    def calls():
+        fp8 = cutequant.fp8_group_quantize(x, splits, scaling="current", fp8_dtype=E4M3)
+        return fp8, cutequant.nvfp4_group_quantize(x, splits)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        calls()  # compile and warm up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8, nvfp4 = calls()
+    for _ in range(3):
+        src = grouped_input(splits, n_cols, rng)
+        x.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        want = reference.fp8_group_quantize(src, splits, scaling="current", fp8_dtype=E4M3)
+        for g, (got, w) in enumerate(zip(fp8.groups(), want, strict=True)):
+            for key in ("row_data", "col_data", "scale", "amax"):
+                assert _bits_equal(got[key], w[key]), (g, key)
+        want = reference.nvfp4_group_quantize(src, splits)
+        for g, (got, w) in enumerate(zip(nvfp4.groups(), want, strict=True)):
+            for key in ("row_data", "row_scales", "col_data", "col_scales", "amax_row", "amax_col"):
+                assert _bits_equal(got[key], w[key]), (g, key)
