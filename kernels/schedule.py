@@ -70,6 +70,22 @@ def persistent_smem_bytes(storage_bytes: int, ctas_per_sm: int) -> int:
     return max(storage_bytes + 1024, floor)
 
 
+def launch_persistent(
+    kernel_call, num_ctas, threads: int, storage, ctas_per_sm: int, pdl: bool, stream
+):
+    """Launch a persistent grouped kernel (``kernel_call``: the ``@cute.kernel`` applied to its
+    arguments): ``num_ctas`` CTAs of ``threads`` threads, the shared memory of
+    ``persistent_smem_bytes`` for its ``storage`` struct, programmatic dependent launch if
+    ``pdl``."""
+    kernel_call.launch(
+        grid=[num_ctas, 1, 1],
+        block=[threads, 1, 1],
+        smem=persistent_smem_bytes(storage.size_in_bytes(), ctas_per_sm),
+        stream=stream,
+        use_pdl=pdl,
+    )
+
+
 @cute.jit
 def wait_prior_grids():
     """PDL: every thread of every CTA passes here before its first global-memory access, read

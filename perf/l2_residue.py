@@ -19,37 +19,21 @@ graph [call, sum], median of replays) is compared across predecessors:
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import sys
 
 import torch
 
 import cutequant
 from cutequant import amax as amax_mod
 
+sys.path.insert(0, os.path.dirname(__file__))
+import bench  # noqa: E402
 
-def graph_us(fns, calls: int = 5, replays: int = 25) -> float:
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(2):
-            for f in fns:
-                f()
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(calls):
-            for f in fns:
-                f()
-    times = []
-    for _ in range(replays):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1000.0 / calls)
-    return statistics.median(times)
+
+def graph_us(fns) -> float:
+    """Median time of one pass over ``fns`` (CUDA-graph replay, perf/bench.py's harness)."""
+    return bench.graph_time_us(lambda: [f() for f in fns], calls=5, replays=25)
 
 
 def main() -> int:

@@ -116,9 +116,9 @@ def test_programmatic_dependent_launch_is_a_spec_switch(monkeypatch):
         src = render(spec)
         assert spec.pdl
         assert src.count("sched.wait_prior_grids()") == 1, spec.describe()
-        assert "use_pdl=True" in src and "use_pdl=False" not in src
+        assert "pdl=True" in src and "pdl=False" not in src  # use_pdl= or launch_persistent's
         off = dataclasses.replace(spec, pdl=False)
-        assert "use_pdl=False" in render(off) and off.key() != spec.key()
+        assert "pdl=False" in render(off) and off.key() != spec.key()
     monkeypatch.setenv("CUTEQUANT_PDL", "0")
     assert not S.GroupAmaxSpec().pdl and not S.Fp8QuantizeSpec().pdl
     monkeypatch.setenv("CUTEQUANT_PDL", "1")
