@@ -28,14 +28,17 @@ FP8_DTYPES = ("e4m3", "e5m2")
 class TilePlan:
     """Static tiling of a grouped kernel: 64-row tiles (see kernels/schedule.py) of
     ``tile_cols`` columns, a ``stages``-deep TMA ring, ``consumer_warpgroups`` consumers, the
-    tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default), and
-    ``ctas_per_sm`` persistent CTAs launched per multiprocessor."""
+    tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default),
+    ``ctas_per_sm`` persistent CTAs launched per multiprocessor, and how the CTAs share the
+    walk (``chunk``: -1 = the kernel's default, 0 = one contiguous range per CTA, k > 0 =
+    round-robin chunks of k tiles; FP8 cast only, see ``kernels/schedule.cta_tiles``)."""
 
     tile_cols: int = 128
     stages: int = 4
     consumer_warpgroups: int = 2
     walk_band: int = 0
     ctas_per_sm: int = 1
+    chunk: int = -1
 
     def __post_init__(self):
         if self.tile_cols % (64 * self.consumer_warpgroups):
@@ -44,6 +47,8 @@ class TilePlan:
             raise ValueError("stages must be in [2, 8]")
         if self.ctas_per_sm not in (1, 2):
             raise ValueError("ctas_per_sm must be 1 or 2")
+        if not -1 <= self.chunk <= 1024:
+            raise ValueError("chunk must be in [-1, 1024] (-1: the kernel's default)")
         if not (0 <= self.walk_band <= 1 << 20 or self.walk_band == WHOLE_GROUP_BAND):
             raise ValueError(
                 "walk_band must be in [0, 2^20] (0: the kernel's default) or WHOLE_GROUP_BAND"
@@ -175,6 +180,17 @@ class Fp8QuantizeSpec(_CastWalk, KernelSpec):
     rowwise: bool = True
     columnwise: bool = True
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
+
+    def round_robin_chunk(self) -> int:
+        """Tiles per round-robin chunk of the walk (0: contiguous ranges). Default: 8 when a
+        rowwise output is written (kernels/schedule.py, ``cta_tiles``; perf/NOTES.md attempt
+        54), contiguous for the transposed output alone (chunks cut its token runs)."""
+        if self.plan.chunk >= 0:
+            return self.plan.chunk
+        return 8 if self.rowwise else 0
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
 
     def __post_init__(self):
         super().__post_init__()

@@ -136,6 +136,117 @@ def cta_tile_range(
 
 
 @cute.jit
+def cta_tiles(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    col_tiles: Int32,
+    row_tiles: Int32,
+    chunk: cutlass.Constexpr = 0,
+    rounds_on=True,
+):
+    """This CTA's tiles as (begin, end, rr): the loop index t runs over [begin, end).
+
+    ``chunk`` == 0: one contiguous range (``cta_tile_range``); t is the linear tile.
+    ``chunk`` > 0, round-robin chunks: in each round the grid takes ``grid * chunk``
+    consecutive linear tiles, CTA b the chunk b of them; the tiles left after the full rounds
+    (fewer than one round) are split into balanced contiguous ranges, so no CTA gets more than
+    ``ceil(total / grid)`` + 1 tiles. Then t = 0, 1, ... and ``chunk_tile(t, chunk, rr)`` is the
+    linear tile (``rr`` = (tiles in full rounds per CTA, first linear tile of the CTA's tail)).
+    ``rounds_on`` false (a runtime choice): no rounds, i.e. the contiguous ranges again.
+
+    Why: with contiguous ranges the 132 CTAs stream from 132 places spread over x and the
+    outputs at once; in rounds the grid sweeps a window of ``grid * chunk`` consecutive tiles.
+    H200, FP8 cast with both outputs (perf/NOTES.md attempt 54): 64 groups 168 -> 153 us,
+    256 groups 169 -> 158 us, 16 groups of 7168 columns 291 -> 267 us; rowwise only 3-6%
+    faster; but single-group (dense) casts with both outputs 1-3% slower.
+    """
+    if cutlass.const_expr(chunk == 0):
+        begin, end = cta_tile_range(tables, num_groups, col_tiles, row_tiles)
+        return begin, end, (Int32(0), Int32(0))
+    total_rows = row_tiles
+    if row_tiles < 0:
+        total_rows = tables[ROWTILE_START, num_groups]
+    total = total_rows * col_tiles
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    rounds = total // (gdim * chunk)
+    if not rounds_on:
+        rounds = Int32(0)
+    full = rounds * chunk
+    rem = total - rounds * gdim * chunk
+    per = (rem + gdim - 1) // gdim
+    tail_lo = cutlass.min(bidx * per, rem)
+    tail_hi = cutlass.min(tail_lo + per, rem)
+    return Int32(0), full + tail_hi - tail_lo, (full, rounds * gdim * chunk + tail_lo)
+
+
+@cute.jit
+def chunk_tile(t: Int32, chunk: cutlass.Constexpr, rr):
+    """The linear tile of this CTA's tile ``t`` (``cta_tiles``)."""
+    if cutlass.const_expr(chunk == 0):
+        return t
+    full, tail_begin = rr
+    bidx, _, _ = cute.arch.block_idx()
+    gdim, _, _ = cute.arch.grid_dim()
+    lin = (bidx + (t // chunk) * gdim) * chunk + t % chunk
+    if t >= full:
+        lin = tail_begin + t - full
+    return lin
+
+
+@cute.jit
+def starts_run(t: Int32, chunk: cutlass.Constexpr, rr):
+    """Round-robin chunks: whether tile ``t`` does not follow tile t - 1 in the linear order."""
+    full = rr[0]
+    return (t < full and t % chunk == 0) or t == full
+
+
+@cute.jit
+def step(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    col_tiles: Int32,
+    t: Int32,
+    g: Int32,
+    col_tile: Int32,
+    row_tile: Int32,
+    band_lo: Int32,
+    band_hi: Int32,
+    end: Int32,
+    band: cutlass.Constexpr,
+    chunk: cutlass.Constexpr = 0,
+    rr=None,
+):
+    """Walk state of the CTA's tile ``t`` (after ``row_tile += 1`` on the previous one):
+    ``normalize`` within a contiguous run of linear tiles; with round-robin chunks
+    (``cta_tiles``), a fresh ``first_tile`` where a new run starts."""
+    if cutlass.const_expr(chunk > 0):
+        if starts_run(t, chunk, rr):
+            g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
+                tables, num_groups, col_tiles, chunk_tile(t, chunk, rr), band
+            )
+        else:
+            g, col_tile, row_tile, band_lo, band_hi, end = normalize(
+                tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
+            )
+    else:
+        g, col_tile, row_tile, band_lo, band_hi, end = normalize(
+            tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
+        )
+    return g, col_tile, row_tile, band_lo, band_hi, end
+
+
+@cute.jit
+def run_goes_on(t: Int32, t_end: Int32, row_tile: Int32, band_hi: Int32,
+                chunk: cutlass.Constexpr = 0, rr=None):
+    """Whether the CTA's next tile continues tile ``t``'s token run (same columns, next rows)."""
+    more = row_tile + 1 != band_hi and t + 1 != t_end
+    if cutlass.const_expr(chunk > 0):
+        more = more and not starts_run(t + 1, chunk, rr)
+    return more
+
+
+@cute.jit
 def enter_group(tables: cute.Tensor, g: Int32):
     """The first group with tokens at or after ``g`` and its row-tile range: (g, start, end)."""
     while tables[ROWTILE_START, g + 1] == tables[ROWTILE_START, g]:
@@ -247,6 +358,8 @@ def produce_tiles(
     evict_first: cutlass.Constexpr = False,
     resident: Int32 = None,
     early_x: Int32 = None,
+    chunk: cutlass.Constexpr = 0,
+    rr=None,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
@@ -271,7 +384,7 @@ def produce_tiles(
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
     cache_policy = dev.l2_evict_first_policy() if evict_first else None
     g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
-        tables, num_groups, col_tiles, t_begin, band
+        tables, num_groups, col_tiles, chunk_tile(t_begin, chunk, rr), band
     )
     row0_g = tables[ROW_START, g]
     start = tables[ROWTILE_START, g]
@@ -284,8 +397,9 @@ def produce_tiles(
             g, col_tile, row_tile, band_lo, band_hi, end = wrap_at_end(
                 tables, g, col_tile, row_tile, band_lo, band_hi, end, col_tiles, total_rows, band
             )
-        g, col_tile, row_tile, band_lo, band_hi, end = normalize(
-            tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
+        g, col_tile, row_tile, band_lo, band_hi, end = step(
+            tables, num_groups, col_tiles, t, g, col_tile, row_tile, band_lo, band_hi, end, band,
+            chunk, rr,
         )
         if g != g_prev:
             row0_g = tables[ROW_START, g]

@@ -94,12 +94,24 @@ CASES = {
     "65536x2048 / 64": (2048, None, 65536, 64),
     "65536x2048 / 256": (2048, None, 65536, 256),
 }
+# Further shapes for plan sweeps (perf/plan_sweep.py --cases), so that a tile-plan choice is
+# not tuned to the four table cases alone.
+EXTRA_CASES = {
+    "dense 4096x7168": (7168, [4096]),
+    "dense 16384x1024": (1024, [16384]),
+    "32768x7168 / 16 uneven": (7168, None, 32768, 16),
+    "65536x1536 / 128": (1536, None, 65536, 128),
+    "64 x 1040 x 2048": (2048, [1040] * 64),
+    "2 x 8192 x 4096": (4096, [8192, 8192]),
+    "4 x 4096 x 4096": (4096, [4096] * 4),
+    "8 x 2048 x 4096": (4096, [2048] * 8),
+}
 
 
 def case_splits(case, gen):
     from cutequant.testing import random_splits
 
-    spec = CASES[case]
+    spec = CASES[case] if case in CASES else EXTRA_CASES[case]
     if spec[1] is not None:
         return spec[0], list(spec[1])
     n_cols, _, rows, groups = spec

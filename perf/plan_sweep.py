@@ -21,8 +21,11 @@ from cutequant.testing import with_plan  # noqa: E402
 
 OPS = {
     "amax_rht": lambda c, g: bench.bench_amax(c, g, rht=True),
+    "amax_plain": lambda c, g: bench.bench_amax(c, g, rht=False),
     "fp8": lambda c, g: bench.bench_fp8(c, g, "delayed"),
     "fp8_rowwise": lambda c, g: bench.bench_fp8(c, g, "delayed", columnwise=False),
+    "fp8_colwise": lambda c, g: bench.bench_fp8(c, g, "delayed", rowwise=False),
+    "fp8_current": lambda c, g: bench.bench_fp8(c, g, "current"),
     "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_compact": lambda c, g: bench.bench_nvfp4(c, g, False),
 }
@@ -32,8 +35,10 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--configs", default="stages=3 stages=4 stages=6 stages=8")
     p.add_argument("--ops", default="fp8,nvfp4")
-    p.add_argument("--cases", default=",".join(bench.CASES))
+    p.add_argument("--cases", default=",".join(bench.CASES), help='names, or "all" / "extra"')
     args = p.parse_args()
+    named = {"all": [*bench.CASES, *bench.EXTRA_CASES], "extra": list(bench.EXTRA_CASES)}
+    cases = named.get(args.cases) or args.cases.split(",")
     copy = bench.copy_bandwidth_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
     builders = {m: m._spec for m in (amax, fp8, nvfp4)}
@@ -42,7 +47,7 @@ def main() -> int:
         for module, builder in builders.items():
             module._spec = with_plan(builder, **settings)
         for op in args.ops.split(","):
-            for case in args.cases.split(","):
+            for case in cases:
                 gen = torch.Generator().manual_seed(1234)
                 fn, nbytes = OPS[op](case, gen)
                 us = bench.graph_time_us(fn)

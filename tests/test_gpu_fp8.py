@@ -116,6 +116,29 @@ def test_walk_bands(band, monkeypatch, rng):
     check_fp8(x, splits, rowwise=False)
 
 
+@pytest.mark.parametrize("chunk,ctas", [(1, 5), (3, 7), (4, 6)])
+def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
+    """Round-robin tile chunks (TilePlan.chunk) on a small grid, so that there are many full
+    rounds and a balanced tail (6 CTAs x 4: 11 rounds, 16 tiles left -> 3, 3, 3, 3, 3, 1):
+    every tile is written exactly once, including shifted transposed rows (M_g % 32 == 16)
+    whose runs now end at every chunk."""
+    from cutequant import _launch, fp8
+    from cutequant.testing import with_plan
+
+    monkeypatch.setattr(fp8, "_spec", with_plan(fp8._spec, chunk=chunk))
+    monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
+    splits = [0, 1008, 64, 0, 448, 16, 2000]
+    x = grouped_input(splits, 528, rng)
+    check_fp8(x, splits, scaling="delayed", scale=torch.rand(7, generator=rng).cuda() + 0.5)
+    check_fp8(x, splits)
+    check_fp8(x, splits, rowwise=False)
+    check_fp8(x, splits, columnwise=False)
+    # one group: the both-output cast keeps contiguous ranges, the rowwise-only one does not
+    x = grouped_input([2000], 528, rng)
+    check_fp8(x, [2000])
+    check_fp8(x, [2000], columnwise=False, scaling="delayed", scale=torch.ones(1, device="cuda"))
+
+
 def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
     """Delayed scaling records amax inside the cast kernel, which zeroes it at its head: replays
     of a captured call on new data (larger, then smaller) report each new input's amax."""
