@@ -105,6 +105,12 @@ class KernelSpec:
         return f"{self.family}({', '.join(parts)})"
 
 
+def _no_chunks(spec) -> None:
+    """Round-robin chunks (TilePlan.chunk) are built into the FP8 cast only."""
+    if spec.plan.chunk != -1:
+        raise ValueError(f"plan.chunk: only the FP8 cast takes round-robin chunks ({spec.family})")
+
+
 @dataclass(frozen=True)
 class GroupAmaxSpec(KernelSpec):
     """Grouped amax, optionally of the 16x16 RHT along tokens
@@ -118,6 +124,7 @@ class GroupAmaxSpec(KernelSpec):
 
     def __post_init__(self):
         super().__post_init__()
+        _no_chunks(self)
         if self.in_dtype not in IN_DTYPES:
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
         if self.rht and self.in_dtype != "bf16":
@@ -162,6 +169,7 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
 
     def __post_init__(self):
         super().__post_init__()
+        _no_chunks(self)
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
         if self.rht and not self.columnwise:

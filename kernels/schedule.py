@@ -136,7 +136,7 @@ def cta_tile_range(
 
 
 @cute.jit
-def cta_tiles(
+def cta_runs(
     tables: cute.Tensor,
     num_groups: Int32,
     col_tiles: Int32,
@@ -144,25 +144,28 @@ def cta_tiles(
     chunk: cutlass.Constexpr = 0,
     rounds_on=True,
 ):
-    """This CTA's tiles as (begin, end, rr): the loop index t runs over [begin, end).
+    """This CTA's tiles as runs of consecutive linear tiles: (number of runs, ``runs``), with
+    ``run_bounds(r, chunk, runs)`` = (first linear tile, length) of run r. A kernel walks each
+    run with ``first_tile`` + ``normalize``; its tile loop is the same as for one range.
 
-    ``chunk`` == 0: one contiguous range (``cta_tile_range``); t is the linear tile.
+    ``chunk`` == 0: one run, the CTA's contiguous range (``cta_tile_range``).
     ``chunk`` > 0, round-robin chunks: in each round the grid takes ``grid * chunk``
-    consecutive linear tiles, CTA b the chunk b of them; the tiles left after the full rounds
-    (fewer than one round) are split into balanced contiguous ranges, so no CTA gets more than
-    ``ceil(total / grid)`` + 1 tiles. Then t = 0, 1, ... and ``chunk_tile(t, chunk, rr)`` is the
-    linear tile (``rr`` = (tiles in full rounds per CTA, first linear tile of the CTA's tail)).
-    ``rounds_on`` false (a runtime choice): no rounds, i.e. the contiguous ranges again.
+    consecutive linear tiles, CTA b the b-th chunk of them (one run each); the tiles left after
+    the full rounds (less than a round) are split into balanced contiguous ranges (one more
+    run), so no CTA gets more than ``ceil(total / grid)`` + 1 tiles. ``rounds_on`` false (a
+    runtime choice): no rounds, only that last run, i.e. the contiguous ranges again.
 
-    Why: with contiguous ranges the 132 CTAs stream from 132 places spread over x and the
-    outputs at once; in rounds the grid sweeps a window of ``grid * chunk`` consecutive tiles.
-    H200, FP8 cast with both outputs (perf/NOTES.md attempt 54): 64 groups 168 -> 153 us,
-    256 groups 169 -> 158 us, 16 groups of 7168 columns 291 -> 267 us; rowwise only 3-6%
-    faster; but single-group (dense) casts with both outputs 1-3% slower.
+    Why (perf/NOTES.md attempt 54): with contiguous ranges the 132 CTAs stream from 132 places
+    spread over x and the outputs at once; in rounds the grid sweeps a window of
+    ``grid * chunk`` consecutive tiles. H200, FP8 cast with both outputs: 64 groups 168 -> 153
+    us, 16 groups of 7168 columns 291 -> 267 us; rowwise only 3-6% faster.
     """
     if cutlass.const_expr(chunk == 0):
         begin, end = cta_tile_range(tables, num_groups, col_tiles, row_tiles)
-        return begin, end, (Int32(0), Int32(0))
+        num_runs = Int32(0)
+        if begin < end:
+            num_runs = Int32(1)
+        return num_runs, (begin, end - begin, Int32(0))
     total_rows = row_tiles
     if row_tiles < 0:
         total_rows = tables[ROWTILE_START, num_groups]
@@ -172,78 +175,36 @@ def cta_tiles(
     rounds = total // (gdim * chunk)
     if not rounds_on:
         rounds = Int32(0)
-    full = rounds * chunk
     rem = total - rounds * gdim * chunk
     per = (rem + gdim - 1) // gdim
     tail_lo = cutlass.min(bidx * per, rem)
-    tail_hi = cutlass.min(tail_lo + per, rem)
-    return Int32(0), full + tail_hi - tail_lo, (full, rounds * gdim * chunk + tail_lo)
+    tail_n = cutlass.min(tail_lo + per, rem) - tail_lo
+    num_runs = rounds
+    if tail_n > 0:
+        num_runs = rounds + 1
+    return num_runs, (rounds, rounds * gdim * chunk + tail_lo, tail_n)
+
+
+def empty_walk_state():
+    """Placeholder walk state (group, column tile, row tile, band range, group end) for the
+    loop-carried variables of a run loop; every run sets its own with ``first_tile``."""
+    return tuple(Int32(0) for _ in range(6))
 
 
 @cute.jit
-def chunk_tile(t: Int32, chunk: cutlass.Constexpr, rr):
-    """The linear tile of this CTA's tile ``t`` (``cta_tiles``)."""
+def run_bounds(r: Int32, chunk: cutlass.Constexpr, runs):
+    """(first linear tile, length) of this CTA's run ``r`` (``cta_runs``)."""
     if cutlass.const_expr(chunk == 0):
-        return t
-    full, tail_begin = rr
+        return runs[0], runs[1]
+    rounds, tail_begin, tail_n = runs
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
-    lin = (bidx + (t // chunk) * gdim) * chunk + t % chunk
-    if t >= full:
-        lin = tail_begin + t - full
-    return lin
-
-
-@cute.jit
-def starts_run(t: Int32, chunk: cutlass.Constexpr, rr):
-    """Round-robin chunks: whether tile ``t`` does not follow tile t - 1 in the linear order."""
-    full = rr[0]
-    return (t < full and t % chunk == 0) or t == full
-
-
-@cute.jit
-def step(
-    tables: cute.Tensor,
-    num_groups: Int32,
-    col_tiles: Int32,
-    t: Int32,
-    g: Int32,
-    col_tile: Int32,
-    row_tile: Int32,
-    band_lo: Int32,
-    band_hi: Int32,
-    end: Int32,
-    band: cutlass.Constexpr,
-    chunk: cutlass.Constexpr = 0,
-    rr=None,
-):
-    """Walk state of the CTA's tile ``t`` (after ``row_tile += 1`` on the previous one):
-    ``normalize`` within a contiguous run of linear tiles; with round-robin chunks
-    (``cta_tiles``), a fresh ``first_tile`` where a new run starts."""
-    if cutlass.const_expr(chunk > 0):
-        if starts_run(t, chunk, rr):
-            g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
-                tables, num_groups, col_tiles, chunk_tile(t, chunk, rr), band
-            )
-        else:
-            g, col_tile, row_tile, band_lo, band_hi, end = normalize(
-                tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
-            )
-    else:
-        g, col_tile, row_tile, band_lo, band_hi, end = normalize(
-            tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
-        )
-    return g, col_tile, row_tile, band_lo, band_hi, end
-
-
-@cute.jit
-def run_goes_on(t: Int32, t_end: Int32, row_tile: Int32, band_hi: Int32,
-                chunk: cutlass.Constexpr = 0, rr=None):
-    """Whether the CTA's next tile continues tile ``t``'s token run (same columns, next rows)."""
-    more = row_tile + 1 != band_hi and t + 1 != t_end
-    if cutlass.const_expr(chunk > 0):
-        more = more and not starts_run(t + 1, chunk, rr)
-    return more
+    first = (bidx + r * gdim) * chunk
+    n = Int32(chunk)
+    if r == rounds:
+        first = tail_begin
+        n = tail_n
+    return first, n
 
 
 @cute.jit
@@ -359,9 +320,10 @@ def produce_tiles(
     resident: Int32 = None,
     early_x: Int32 = None,
     chunk: cutlass.Constexpr = 0,
-    rr=None,
+    runs=None,
 ):
-    """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring.
+    """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring, or,
+    given ``runs`` = ``cta_runs(..., chunk)`` (then t_begin and t_end are unused), its runs.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
     ``resident`` (given for ranges shifted by ``cta_tile_range(..., resident)``): the range may
     pass the last tile and continue at tile 0, and its last ``resident`` tiles, which the next
@@ -382,9 +344,34 @@ def produce_tiles(
     the consumers.
     """
     state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, pipe.num_stages)
+    walk = (tma_atom, tma_x, sx, tables, num_groups, col_tiles, tile_cols, band, evict_first)
+    produced = Int32(0)
+    if cutlass.const_expr(runs is None):
+        state, produced = produce_run(
+            pipe, state, walk, t_begin, t_end, produced, resident, early_x
+        )
+    else:
+        num_runs, bounds = runs
+        for r in range(num_runs):
+            first, n = run_bounds(r, chunk, bounds)
+            state, produced = produce_run(
+                pipe, state, walk, first, first + n, produced, None, early_x
+            )
+    if early_x is not None:
+        if early_x != 0 and produced < pipe.num_stages:
+            wait_prior_grids()
+    pipe.producer_tail(state)
+
+
+@cute.jit
+def produce_run(pipe, state, walk, t_begin: Int32, t_end: Int32, produced: Int32, resident,
+                early_x):
+    """``produce_tiles`` for one run of consecutive linear tiles [t_begin, t_end); ``produced``:
+    tiles loaded before it (for the early-x wait). Returns (pipeline state, tiles loaded)."""
+    tma_atom, tma_x, sx, tables, num_groups, col_tiles, tile_cols, band, evict_first = walk
     cache_policy = dev.l2_evict_first_policy() if evict_first else None
     g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
-        tables, num_groups, col_tiles, chunk_tile(t_begin, chunk, rr), band
+        tables, num_groups, col_tiles, t_begin, band
     )
     row0_g = tables[ROW_START, g]
     start = tables[ROWTILE_START, g]
@@ -397,9 +384,8 @@ def produce_tiles(
             g, col_tile, row_tile, band_lo, band_hi, end = wrap_at_end(
                 tables, g, col_tile, row_tile, band_lo, band_hi, end, col_tiles, total_rows, band
             )
-        g, col_tile, row_tile, band_lo, band_hi, end = step(
-            tables, num_groups, col_tiles, t, g, col_tile, row_tile, band_lo, band_hi, end, band,
-            chunk, rr,
+        g, col_tile, row_tile, band_lo, band_hi, end = normalize(
+            tables, col_tiles, g, col_tile, row_tile, band_lo, band_hi, end, band
         )
         if g != g_prev:
             row0_g = tables[ROW_START, g]
@@ -424,12 +410,9 @@ def produce_tiles(
         state.advance()
         row_tile += 1
         if early_x is not None:
-            if early_x != 0 and t == t_begin + pipe.num_stages - 1:
+            if early_x != 0 and produced + (t - t_begin) == pipe.num_stages - 1:
                 wait_prior_grids()
-    if early_x is not None:
-        if early_x != 0 and t_end - t_begin < pipe.num_stages:
-            wait_prior_grids()
-    pipe.producer_tail(state)
+    return state, produced + (t_end - t_begin)
 
 
 def tma_load(tma_atom: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, pipe, state, policy):

@@ -28,6 +28,13 @@ def main():
             x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
+    # the FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a tail
+    splits = random_splits(65, None, gen, zero_at=("front", "end"), mean_rows=1040)
+    x = grouped_input(splits, 1024, gen)
+    cutequant.fp8_group_quantize(x, splits)
+    cutequant.fp8_group_quantize(
+        x, splits, columnwise=False, scaling="delayed", scale=torch.ones(65, device="cuda")
+    )
     # the shifted, wrapping walk of the amax pass before an FP8 cast (forced: 1 resident tile)
     from cutequant import amax
 

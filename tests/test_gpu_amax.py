@@ -178,4 +178,3 @@ def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, mon
             torch.cuda.synchronize()
             assert _same(out[0], ref_row), (n_groups, dev_splits, out[0], ref_row)
             assert _same(out[1], ref_col), (n_groups, dev_splits, out[1], ref_col)
-
