@@ -28,6 +28,8 @@ OPS = {
     "fp8_current": lambda c, g: bench.bench_fp8(c, g, "current"),
     "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_compact": lambda c, g: bench.bench_nvfp4(c, g, False),
+    "nvfp4_rowwise": lambda c, g: bench.bench_nvfp4(c, g, False, columnwise=False, rht=False),
+    "nvfp4_call": lambda c, g: bench.bench_nvfp4(c, g, True),
 }
 
 
