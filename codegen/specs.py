@@ -31,7 +31,7 @@ class TilePlan:
     tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default),
     ``ctas_per_sm`` persistent CTAs launched per multiprocessor, and how the CTAs share the
     walk (``chunk``: -1 = the kernel's default, 0 = one contiguous range per CTA, k > 0 =
-    round-robin chunks of k tiles; cast kernels only, see ``kernels/schedule.cta_runs``)."""
+    round-robin chunks of k tiles; FP8 cast only, see ``kernels/schedule.cta_runs``)."""
 
     tile_cols: int = 128
     stages: int = 4
@@ -106,9 +106,9 @@ class KernelSpec:
 
 
 def _no_chunks(spec) -> None:
-    """Round-robin chunks (TilePlan.chunk) are built into the cast kernels only."""
+    """Round-robin chunks (TilePlan.chunk) are built into the FP8 cast only."""
     if spec.plan.chunk != -1:
-        raise ValueError(f"plan.chunk: only the cast kernels take round-robin chunks ({spec.family})")
+        raise ValueError(f"plan.chunk: only the FP8 cast takes round-robin chunks ({spec.family})")
 
 
 @dataclass(frozen=True)
@@ -167,16 +167,9 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
 
-    def round_robin_chunk(self) -> int:
-        """Tiles per round-robin chunk of the walk (kernels/schedule.py, ``cta_runs``; 0:
-        contiguous ranges, the default)."""
-        return max(self.plan.chunk, 0)
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
-
     def __post_init__(self):
         super().__post_init__()
+        _no_chunks(self)
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
         if self.rht and not self.columnwise:
@@ -198,7 +191,7 @@ class Fp8QuantizeSpec(_CastWalk, KernelSpec):
 
     def round_robin_chunk(self) -> int:
         """Tiles per round-robin chunk of the walk (0: contiguous ranges). Default: 8 when a
-        rowwise output is written (kernels/schedule.py, ``cta_tiles``; perf/NOTES.md attempt
+        rowwise output is written (kernels/schedule.py, ``cta_runs``; perf/NOTES.md attempt
         54), contiguous for the transposed output alone (chunks cut its token runs)."""
         if self.plan.chunk >= 0:
             return self.plan.chunk
