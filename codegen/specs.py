@@ -190,12 +190,14 @@ class Fp8QuantizeSpec(_CastWalk, KernelSpec):
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
 
     def round_robin_chunk(self) -> int:
-        """Tiles per round-robin chunk of the walk (0: contiguous ranges). Default: 8 when a
-        rowwise output is written (kernels/schedule.py, ``cta_runs``; perf/NOTES.md attempt
-        54), contiguous for the transposed output alone (chunks cut its token runs)."""
+        """Tiles per round-robin chunk of the walk (0: contiguous ranges; kernels/schedule.py,
+        ``cta_runs``). Default (H200 sweeps, perf/NOTES.md attempt 54): 8 when a rowwise output
+        is written (4 and 16 were 1-5% slower on grouped shapes with both outputs), 16 for the
+        transposed output alone (longer runs of its token-contiguous rows; 8 was 1-2% slower
+        at 128-256 groups)."""
         if self.plan.chunk >= 0:
             return self.plan.chunk
-        return 8 if self.rowwise else 0
+        return 8 if self.rowwise else 16
 
     def render_fields(self) -> dict:
         return {**super().render_fields(), "chunk": self.round_robin_chunk()}
