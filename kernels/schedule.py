@@ -102,6 +102,16 @@ def wait_prior_grids():
 
 
 @cute.jit
+def total_tiles(tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32):
+    """All tiles of the call: ``row_tiles`` (the host's count of 64-row tiles, or -1: read from
+    the tables) times ``col_tiles``."""
+    total_rows = row_tiles
+    if row_tiles < 0:
+        total_rows = tables[ROWTILE_START, num_groups]
+    return total_rows * col_tiles
+
+
+@cute.jit
 def cta_tile_range(
     tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32, resident=0
 ):
@@ -118,10 +128,7 @@ def cta_tile_range(
     stamps put the first tile 2.6-3.0 us after the kernel start on an H200, with or without that
     load, so the tile's own latency dominates; it stays because it costs nothing.)
     """
-    total_rows = row_tiles
-    if row_tiles < 0:
-        total_rows = tables[ROWTILE_START, num_groups]
-    total = total_rows * col_tiles
+    total = total_tiles(tables, num_groups, col_tiles, row_tiles)
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     per_cta = (total + gdim - 1) // gdim
@@ -171,10 +178,7 @@ def cta_runs(
         if begin < end:
             num_runs = Int32(1)
         return num_runs, (begin, end - begin, Int32(0))
-    total_rows = row_tiles
-    if row_tiles < 0:
-        total_rows = tables[ROWTILE_START, num_groups]
-    total = total_rows * col_tiles
+    total = total_tiles(tables, num_groups, col_tiles, row_tiles)
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     rounds = total // (gdim * chunk)
