@@ -130,12 +130,12 @@ def fp8_group_quantize(
     stream = torch.cuda.current_stream(dev)
     spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
     if not delayed:
-        # with a transposed output the amax pass walks like the cast and leaves the cast's first
-        # tiles in L2 (rowwise only: the cast walks column-fastest; no hand-off). Not when the
-        # cast shares its walk in round-robin chunks (more than one group): the hand-off needs
-        # contiguous ranges, and the amax pass is faster on its own walk.
+        # A cast on contiguous tile ranges with a transposed output (TilePlan.chunk = 0): the
+        # amax pass walks like it and leaves the cast's first tiles in L2. The default cast
+        # walks in round-robin chunks (kernels/schedule.cta_runs), which the hand-off cannot
+        # follow: the amax pass then takes its own (faster) walk.
         band = spec.walk_band()
-        if spec.round_robin_chunk() > 0 and num_groups > 1:
+        if spec.round_robin_chunk() > 0:
             band = 1
         launch_group_amax(
             x,

@@ -142,16 +142,15 @@ def test_persistent_smem_keeps_one_grid_to_its_ctas_per_sm(ctas_per_sm, storage)
 
 def test_round_robin_chunks_are_a_plan_switch():
     """The FP8 cast's round-robin chunks (kernels/schedule.cta_runs): 8 tiles with a rowwise
-    output, 16 for the transposed output alone, and with a transposed output only for more
-    than one group (a runtime choice); a forced value changes the key; other families refuse
-    them."""
+    output, 16 for the transposed output alone; a forced value changes the key; other
+    families refuse them."""
     both = S.Fp8QuantizeSpec()
-    assert both.round_robin_chunk() == 8
-    assert "CHUNK = 8" in render(both) and "CHUNK, num_groups > 1" in render(both)
+    assert both.round_robin_chunk() == 8 and "CHUNK = 8" in render(both)
+    assert "sched.cta_runs(tables, num_groups, col_tiles, row_tiles, CHUNK)" in render(both)
     rows = S.Fp8QuantizeSpec(columnwise=False)
-    assert rows.round_robin_chunk() == 8 and "CHUNK, True" in render(rows)
+    assert rows.round_robin_chunk() == 8 and "CHUNK = 8" in render(rows)
     cols = S.Fp8QuantizeSpec(rowwise=False)
-    assert cols.round_robin_chunk() == 16 and "CHUNK, num_groups > 1" in render(cols)
+    assert cols.round_robin_chunk() == 16 and "CHUNK = 16" in render(cols)
     forced = dataclasses.replace(both, plan=dataclasses.replace(both.plan, chunk=0))
     assert forced.round_robin_chunk() == 0 and forced.key() != both.key()
     with pytest.raises(ValueError, match="chunk"):
