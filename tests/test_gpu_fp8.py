@@ -119,9 +119,9 @@ def test_walk_bands(band, monkeypatch, rng):
 @pytest.mark.parametrize("chunk,ctas", [(1, 5), (3, 7), (4, 6)])
 def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
     """Round-robin tile chunks (TilePlan.chunk) on a small grid, so that there are many full
-    rounds and a balanced tail (6 CTAs x 4: 11 rounds, 16 tiles left -> 3, 3, 3, 3, 3, 1):
-    every tile is written exactly once, including shifted transposed rows (M_g % 32 == 16)
-    whose runs now end at every chunk."""
+    rounds and a balanced tail (285 tiles on 6 CTAs x 4: 11 rounds, 21 tiles left -> 4, 4, 4,
+    4, 4, 1): every tile is written exactly once, including shifted transposed rows
+    (M_g % 32 == 16) whose runs now end at every chunk."""
     from cutequant import _launch, fp8
     from cutequant.testing import with_plan
 
