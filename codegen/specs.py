@@ -31,7 +31,7 @@ class TilePlan:
     tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default),
     ``ctas_per_sm`` persistent CTAs launched per multiprocessor, and how the CTAs share the
     walk (``chunk``: -1 = the kernel's default, 0 = one contiguous range per CTA, k > 0 =
-    round-robin chunks of k tiles; FP8 cast and amax only, see ``kernels/schedule.cta_runs``)."""
+    round-robin chunks of k tiles; FP8 cast only, see ``kernels/schedule.cta_runs``)."""
 
     tile_cols: int = 128
     stages: int = 4
@@ -106,12 +106,9 @@ class KernelSpec:
 
 
 def _no_chunks(spec) -> None:
-    """Round-robin chunks (TilePlan.chunk) are built into the FP8 cast and the amax kernel."""
+    """Round-robin chunks (TilePlan.chunk) are built into the FP8 cast only."""
     if spec.plan.chunk != -1:
-        raise ValueError(
-            f"plan.chunk: only the FP8 cast and the amax kernel take round-robin chunks "
-            f"({spec.family})"
-        )
+        raise ValueError(f"plan.chunk: only the FP8 cast takes round-robin chunks ({spec.family})")
 
 
 @dataclass(frozen=True)
@@ -125,20 +122,9 @@ class GroupAmaxSpec(KernelSpec):
     in_dtype: str = "bf16"
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
 
-    def round_robin_chunk(self) -> int:
-        """Tiles per round-robin chunk for single-group calls (kernels/schedule.py,
-        ``cta_runs``; 0: contiguous ranges). Default 16 (H200, dense RHT: 8 and 16 both ~2%
-        faster than contiguous; 16 loses less when forced onto grouped calls); the L2 hand-off
-        walk (``walk_band``) always uses contiguous ranges."""
-        if self.plan.walk_band:
-            return 0
-        return self.plan.chunk if self.plan.chunk >= 0 else 16
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
-
     def __post_init__(self):
         super().__post_init__()
+        _no_chunks(self)
         if self.in_dtype not in IN_DTYPES:
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
         if self.rht and self.in_dtype != "bf16":

@@ -152,7 +152,6 @@ def cta_runs(
     col_tiles: Int32,
     row_tiles: Int32,
     chunk: cutlass.Constexpr = 0,
-    rounds_on=True,
 ):
     """This CTA's tiles as runs of consecutive linear tiles: (number of runs, ``runs``), with
     ``run_bounds(r, chunk, runs)`` = (first linear tile, length) of run r. A kernel walks each
@@ -163,8 +162,6 @@ def cta_runs(
     consecutive linear tiles, CTA b the b-th chunk of them (one run each); the tiles left after
     the full rounds (less than a round) are split into balanced contiguous ranges (one more
     run), so no CTA gets more than ``ceil(total / grid)`` tiles, as with contiguous ranges.
-    ``rounds_on`` false (a runtime choice, e.g. the amax kernel's "one group only"): no rounds,
-    only that last run, i.e. the contiguous ranges again.
 
     Why (perf/NOTES.md attempt 54): with contiguous ranges the 132 CTAs stream from 132 places
     spread over x and the outputs at once; in rounds the grid sweeps a window of
@@ -174,13 +171,15 @@ def cta_runs(
     loop: a per-tile "does a new chunk start here" step cost 2-4% on dense casts.
     """
     if cutlass.const_expr(chunk == 0):
-        return one_run(*cta_tile_range(tables, num_groups, col_tiles, row_tiles))
+        begin, end = cta_tile_range(tables, num_groups, col_tiles, row_tiles)
+        num_runs = Int32(0)
+        if begin < end:
+            num_runs = Int32(1)
+        return num_runs, (begin, end - begin, Int32(0))
     total = total_tiles(tables, num_groups, col_tiles, row_tiles)
     bidx, _, _ = cute.arch.block_idx()
     gdim, _, _ = cute.arch.grid_dim()
     rounds = total // (gdim * chunk)
-    if not rounds_on:
-        rounds = Int32(0)
     rem = total - rounds * gdim * chunk
     per = (rem + gdim - 1) // gdim
     tail_lo = cutlass.min(bidx * per, rem)
@@ -189,16 +188,6 @@ def cta_runs(
     if tail_n > 0:
         num_runs = rounds + 1
     return num_runs, (rounds, rounds * gdim * chunk + tail_lo, tail_n)
-
-
-@cute.jit
-def one_run(begin: Int32, end: Int32):
-    """The range [begin, end) as ``cta_runs`` describes runs for ``chunk`` == 0: zero runs if
-    empty, else one."""
-    num_runs = Int32(0)
-    if begin < end:
-        num_runs = Int32(1)
-    return num_runs, (begin, end - begin, Int32(0))
 
 
 def empty_walk_state():
@@ -339,8 +328,7 @@ def produce_tiles(
     runs=None,
 ):
     """TMA producer (one thread): stream the tiles [t_begin, t_end) into the ``pipe`` ring, or,
-    given ``runs`` = ``cta_runs(..., chunk)`` or ``one_run(...)`` (then t_begin and t_end are
-    unused), its runs.
+    given ``runs`` = ``cta_runs(..., chunk)`` (then t_begin and t_end are unused), its runs.
     ``evict_first``: load x with the L2 evict_first hint (x is read once by the kernel).
     ``resident`` (given for ranges shifted by ``cta_tile_range(..., resident)``): the range may
     pass the last tile and continue at tile 0, and its last ``resident`` tiles, which the next
@@ -372,7 +360,7 @@ def produce_tiles(
         for r in range(num_runs):
             first, n = run_bounds(r, chunk, bounds)
             state, produced = produce_run(
-                pipe, state, walk, first, first + n, produced, resident, early_x
+                pipe, state, walk, first, first + n, produced, None, early_x
             )
     if early_x is not None:
         if early_x != 0 and produced < pipe.num_stages:

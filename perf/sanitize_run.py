@@ -28,8 +28,6 @@ def main():
             x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
-    # the amax kernel's round-robin runs (one group: 256 x 16 tiles, one round plus a tail)
-    cutequant.group_amax(grouped_input([16384], 2048, gen), [16384])
     # the FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a tail
     splits = random_splits(65, None, gen, zero_at=("front", "end"), mean_rows=1040)
     x = grouped_input(splits, 1024, gen)

@@ -141,10 +141,9 @@ def test_persistent_smem_keeps_one_grid_to_its_ctas_per_sm(ctas_per_sm, storage)
 
 
 def test_round_robin_chunks_are_a_plan_switch():
-    """Round-robin chunks (kernels/schedule.cta_runs): the FP8 cast 8 tiles with a rowwise
-    output, 16 for the transposed output alone; the amax kernel 16 for single-group calls
-    (a runtime check), never on its L2 hand-off walk; a forced value changes the key; the
-    NVFP4 kernel refuses them."""
+    """The FP8 cast's round-robin chunks (kernels/schedule.cta_runs): 8 tiles with a rowwise
+    output, 16 for the transposed output alone; a forced value changes the key; other
+    families refuse them."""
     both = S.Fp8QuantizeSpec()
     assert both.round_robin_chunk() == 8 and "CHUNK = 8" in render(both)
     assert "sched.cta_runs(tables, num_groups, col_tiles, row_tiles, CHUNK)" in render(both)
@@ -156,9 +155,7 @@ def test_round_robin_chunks_are_a_plan_switch():
     assert forced.round_robin_chunk() == 0 and forced.key() != both.key()
     with pytest.raises(ValueError, match="chunk"):
         S.TilePlan(chunk=-2)
-    amax = S.GroupAmaxSpec()
-    assert amax.round_robin_chunk() == 16 and "CHUNK, num_groups == 1)" in render(amax)
-    handoff = S.GroupAmaxSpec(plan=S.TilePlan(walk_band=3, stages=6))
-    assert handoff.round_robin_chunk() == 0 and "CHUNK = 0" in render(handoff)
+    with pytest.raises(ValueError, match="chunk"):
+        S.GroupAmaxSpec(plan=S.TilePlan(chunk=4))
     with pytest.raises(ValueError, match="chunk"):
         S.Nvfp4QuantizeSpec(plan=S.TilePlan(chunk=4))

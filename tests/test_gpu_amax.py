@@ -178,24 +178,3 @@ def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, mon
             torch.cuda.synchronize()
             assert _same(out[0], ref_row), (n_groups, dev_splits, out[0], ref_row)
             assert _same(out[1], ref_col), (n_groups, dev_splits, out[1], ref_col)
-
-
-@pytest.mark.parametrize("rht", [False, True])
-@pytest.mark.parametrize("chunk,ctas", [(1, 5), (3, 7), (16, 6)])
-def test_round_robin_runs_cover_every_tile(rht, chunk, ctas, rng, monkeypatch):
-    """Round-robin chunks (single-group calls; kernels/schedule.cta_runs) on a small grid, so
-    that there are full rounds and a balanced tail, and grouped calls on the same kernel (no
-    rounds: the runtime check); host and device splits."""
-    from cutequant import _launch, amax
-    from cutequant.testing import with_plan
-
-    monkeypatch.setattr(amax, "_spec", with_plan(amax._spec, chunk=chunk))
-    monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
-    for n_cols, n_groups, rows, zero_at in (
-        (1040, 1, 4160, ()),
-        (640, 64, None, ("front", "middle", "end")),
-    ):
-        splits = random_splits(n_groups, rows, rng, zero_at=zero_at)
-        x = grouped_input(splits, n_cols, rng)
-        _check(x, splits, rht)
-        _check(x, splits, rht, device_splits=torch.tensor(splits, device="cuda"))
