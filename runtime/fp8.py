@@ -135,8 +135,7 @@ def fp8_group_quantize(
         # walks in round-robin chunks (kernels/schedule.cta_runs), which the hand-off cannot
         # follow: the amax pass then takes its own (faster) walk.
         band = spec.walk_band()
-        if spec.round_robin_chunk() > 0:
-            band = 1
+        handoff = spec.round_robin_chunk() == 0 and band > 1
         launch_group_amax(
             x,
             layout,
@@ -146,7 +145,7 @@ def fp8_group_quantize(
             arch=arch,
             in_dtype=in_dtype,
             stream=stream,
-            cast_walk_band=band if band > 1 else None,
+            cast_walk_band=band if handoff else None,
         )
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
