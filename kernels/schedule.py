@@ -37,6 +37,7 @@ from cutlass import Int32
 from cutlass.cute.nvgpu import cpasync
 
 from cutequant.kernels import device as dev
+from cutequant.kernels.pdl import EARLY_NONE, EARLY_TABLES, EARLY_X  # noqa: F401 (templates)
 
 ROW_START = 0
 ROWTILE_START = 1
@@ -45,7 +46,6 @@ COLSCALE_START = 3
 TABLE_ROWS = 4
 TILE_ROWS = 64  # rows per grouped tile: every split is a multiple of 16, so a tile holds 1-4 blocks
 WHOLE_GROUP = 1 << 26  # a walk band wider than any group (row tiles of an int32 row count: < 2^25)
-
 
 # Programmatic dependent launch (PDL). Every kernel is launched with ``use_pdl`` (unless
 # CUTEQUANT_PDL=0): it may start while the kernel before it on the stream is still finishing,
@@ -323,7 +323,7 @@ def produce_tiles(
     band: cutlass.Constexpr,
     evict_first: cutlass.Constexpr = False,
     resident: Int32 = None,
-    early_x: Int32 = None,
+    early: Int32 = None,
     chunk: cutlass.Constexpr = 0,
     runs=None,
 ):
@@ -333,14 +333,16 @@ def produce_tiles(
     ``resident`` (given for ranges shifted by ``cta_tile_range(..., resident)``): the range may
     pass the last tile and continue at tile 0, and its last ``resident`` tiles, which the next
     kernel reads first, are loaded with the L2 evict_last hint, so that its writes evict them last.
-    ``early_x`` != 0 (the runtime's flag for a cast kernel launched right after the same call's
-    amax pass over the same x; the producer warp then skipped the kernel's ``wait_prior_grids``):
-    the first ring's worth of tiles is loaded before waiting. Safe: this grid launches only after
-    every CTA of the amax pass has triggered, each after its own wait, i.e. after every kernel
-    before the amax pass (x's producer included) completed and flushed. Only loads of x (and
-    reads of the tables, also written before the amax pass) move ahead; the amax values and
-    every store still wait. The first tiles (the L2 hand-off's) then arrive while the amax pass
-    finishes on other SMs instead of after it.
+    ``early``: the runtime's ``EARLY_*`` level (None or ``EARLY_NONE``: the producer waited with
+    every other thread, at the kernel's start); with ``EARLY_TABLES`` or ``EARLY_X`` the kernel
+    let its producer warp skip that wait. ``EARLY_TABLES``: it waits after the first tile's
+    table lookups, right before its first load. ``EARLY_X`` (a cast kernel launched right after
+    the same call's amax pass over the same x): the first ring's worth of tiles is loaded before
+    waiting. Safe: this grid launches only after every CTA of the amax pass has triggered, each
+    after its own wait, i.e. after every kernel before the amax pass (x's producer included)
+    completed and flushed. Only loads of x and of the tables (both written before the amax
+    pass) move ahead; the amax values and every store still wait. The first tiles then arrive
+    while the amax pass finishes on other SMs instead of after it.
 
     ``tma_x`` views x hidden-major (N, M); a tile is (tile_cols, TILE_ROWS) at column
     ``col_tile * tile_cols`` and at the row where its group's row tile starts (not a multiple of
@@ -352,28 +354,24 @@ def produce_tiles(
     walk = (tma_atom, tma_x, sx, tables, num_groups, col_tiles, tile_cols, band, evict_first)
     produced = Int32(0)
     if cutlass.const_expr(runs is None):
-        state, produced = produce_run(
-            pipe, state, walk, t_begin, t_end, produced, resident, early_x
-        )
+        state, produced = produce_run(pipe, state, walk, t_begin, t_end, produced, resident, early)
     else:
         num_runs, bounds = runs
         for r in range(num_runs):
             first, n = run_bounds(r, chunk, bounds)
             state, produced = produce_run(
-                pipe, state, walk, first, first + n, produced, None, early_x
+                pipe, state, walk, first, first + n, produced, None, early
             )
-    if early_x is not None:
-        if early_x != 0 and produced < pipe.num_stages:
+    if cutlass.const_expr(early is not None):
+        if early == EARLY_X and produced < pipe.num_stages:
             wait_prior_grids()
     pipe.producer_tail(state)
 
 
 @cute.jit
-def produce_run(
-    pipe, state, walk, t_begin: Int32, t_end: Int32, produced: Int32, resident, early_x
-):
+def produce_run(pipe, state, walk, t_begin: Int32, t_end: Int32, produced: Int32, resident, early):
     """``produce_tiles`` for one run of consecutive linear tiles [t_begin, t_end); ``produced``:
-    tiles loaded before it (for the early-x wait). Returns (pipeline state, tiles loaded)."""
+    tiles loaded before it (for the early waits). Returns (pipeline state, tiles loaded)."""
     tma_atom, tma_x, sx, tables, num_groups, col_tiles, tile_cols, band, evict_first = walk
     cache_policy = dev.l2_evict_first_policy() if evict_first else None
     g, col_tile, row_tile, band_lo, band_hi, end = first_tile(
@@ -384,6 +382,9 @@ def produce_run(
     wrap = resident is not None
     total_rows = tables[ROWTILE_START, num_groups] if wrap else None
     keep_policy = dev.l2_evict_last_policy() if wrap else None
+    if cutlass.const_expr(early is not None):
+        if early == EARLY_TABLES and produced == 0:
+            wait_prior_grids()  # the first tile's lookups above ran before it
     for t in range(t_begin, t_end):
         g_prev = g
         if wrap:
@@ -415,8 +416,8 @@ def produce_run(
         pipe.producer_commit(state)
         state.advance()
         row_tile += 1
-        if early_x is not None:
-            if early_x != 0 and produced + (t - t_begin) == pipe.num_stages - 1:
+        if cutlass.const_expr(early is not None):
+            if early == EARLY_X and produced + (t - t_begin) == pipe.num_stages - 1:
                 wait_prior_grids()
     return state, produced + (t_end - t_begin)
 

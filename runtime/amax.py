@@ -136,6 +136,7 @@ def launch_group_amax(
         sign_mask,
         float(col_scale),
         resident,
+        layout.early_level(),
         num_ctas=num_ctas,
         stream=stream,
     )

@@ -165,7 +165,7 @@ def fp8_group_quantize(
             _launch.ptr(groups.launch_counter(dev, stream, num_ctas), 8),
             float(amax_epsilon),
             int(force_pow2_scales),
-            int(not delayed and m_rows > 0),  # early_x: right after the amax pass (produce_tiles)
+            layout.early_level(after_amax_pass=not delayed and m_rows > 0),
             num_ctas=num_ctas,
             stream=stream,
         )

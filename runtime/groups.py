@@ -19,6 +19,7 @@ import torch
 
 from cutequant import _launch
 from cutequant.codegen.specs import GroupTablesSpec
+from cutequant.kernels import pdl
 
 ROW_MULTIPLE = 16
 TILE_ROWS = 64
@@ -65,6 +66,15 @@ class GroupLayout:
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
+
+    def early_level(self, after_amax_pass: bool = False) -> int:
+        """How much of a kernel's TMA producer may run before it waits for the kernels before it
+        (``kernels/pdl.py``): the loads of x too right after this call's amax
+        pass; the table lookups when the tables came from the host cache (copied once,
+        synchronously, never written again); else nothing."""
+        if after_amax_pass:
+            return pdl.EARLY_X
+        return pdl.EARLY_TABLES if self.host_totals is not None else pdl.EARLY_NONE
 
     @property
     def row_tiles(self) -> int:

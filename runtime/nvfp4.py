@@ -246,7 +246,7 @@ def nvfp4_group_quantize(
                 rng_state.view(torch.int32) if stochastic_rounding else dummy.view(torch.int32), 8
             ),  # the dummy is never read
             sign_mask,
-            int(poison is not None),  # early_x: right after this call's amax pass (produce_tiles)
+            layout.early_level(after_amax_pass=poison is not None),  # poison: amax pass ran
             num_ctas=_launch.grid_size(spec, dev),
             stream=stream,
         )

@@ -23,25 +23,41 @@ def _bits_equal(got, want) -> bool:
     return torch.equal(got, want)
 
 
-def test_back_to_back_calls_see_each_others_results(rng):
+@pytest.mark.parametrize("split_kind", ["device", "host"])
+def test_back_to_back_calls_see_each_others_results(rng, split_kind):
+    """Device splits: every call rebuilds the tables. Host splits: the cached tables let each
+    kernel's producer find its first tile before waiting (``EARLY_TABLES``), but x, rewritten
+    right before the call, must still be read after the wait; rounds 4-6 reuse the cached
+    tables of rounds 1-3, so no host synchronization separates them."""
     n_cols = 256
     rounds = []
     buf = torch.empty(16384 * n_cols, dtype=torch.bfloat16, device="cuda")
+    host_lists = [
+        random_splits(9 + 5 * i, None, rng, zero_at=(("front",), ("middle",), ("end",))[i])
+        for i in range(3)
+    ]
+    scale = torch.full((64,), 0.75, device="cuda")
     for i in range(6):
-        splits = random_splits(
-            5 + 7 * i, None, rng, zero_at=(("front",), ("middle",), ("end",))[i % 3]
-        )
+        if split_kind == "device":
+            splits = random_splits(
+                5 + 7 * i, None, rng, zero_at=(("front",), ("middle",), ("end",))[i % 3]
+            )
+            call_splits = torch.tensor(splits, dtype=torch.int64, device="cuda")
+        else:
+            splits = call_splits = host_lists[i % 3]
         src = grouped_input(splits, n_cols, rng)
         x = buf[: src.numel()].view(src.shape)
         x.copy_(src)  # the input buffer is rewritten right before every round
-        dev_splits = torch.tensor(splits, dtype=torch.int64, device="cuda")
-        amax_row, amax_col = cutequant.group_amax(x, dev_splits)
+        amax_row, amax_col = cutequant.group_amax(x, call_splits)
         amax = torch.stack((amax_row, amax_col))
-        nvfp4 = cutequant.nvfp4_group_quantize(x, dev_splits, amax=amax)
-        fp8 = cutequant.fp8_group_quantize(x, dev_splits, scaling="current", fp8_dtype=E4M3)
-        rounds.append((splits, src, amax, nvfp4, fp8))
+        nvfp4 = cutequant.nvfp4_group_quantize(x, call_splits, amax=amax)
+        fp8 = cutequant.fp8_group_quantize(x, call_splits, scaling="current", fp8_dtype=E4M3)
+        delayed = cutequant.fp8_group_quantize(
+            x, call_splits, scaling="delayed", scale=scale[: len(splits)], fp8_dtype=E4M3
+        )
+        rounds.append((splits, src, amax, nvfp4, fp8, delayed))
     torch.cuda.synchronize()
-    for i, (splits, src, amax, nvfp4, fp8) in enumerate(rounds):
+    for i, (splits, src, amax, nvfp4, fp8, delayed) in enumerate(rounds):
         ref_row, ref_col = reference.group_amax(src, splits)
         assert _bits_equal(amax[0], ref_row) and _bits_equal(amax[1], ref_col), i
         want = reference.nvfp4_group_quantize(src, splits, amax=amax)
@@ -51,6 +67,12 @@ def test_back_to_back_calls_see_each_others_results(rng):
         want = reference.fp8_group_quantize(src, splits, scaling="current", fp8_dtype=E4M3)
         for g, (got, w) in enumerate(zip(fp8.groups(), want, strict=True)):
             for key in ("row_data", "col_data", "scale", "scale_inv", "amax"):
+                assert _bits_equal(got[key], w[key]), (i, g, key)
+        want = reference.fp8_group_quantize(
+            src, splits, scaling="delayed", scale=scale[: len(splits)], fp8_dtype=E4M3
+        )
+        for g, (got, w) in enumerate(zip(delayed.groups(), want, strict=True)):
+            for key in ("row_data", "col_data", "scale_inv", "amax"):
                 assert _bits_equal(got[key], w[key]), (i, g, key)
 
 
