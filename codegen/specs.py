@@ -31,7 +31,7 @@ class TilePlan:
     tile walk's band height in row tiles (``walk_band``; 0 = the kernel's default),
     ``ctas_per_sm`` persistent CTAs launched per multiprocessor, and how the CTAs share the
     walk (``chunk``: -1 = the kernel's default, 0 = one contiguous range per CTA, k > 0 =
-    round-robin chunks of k tiles; FP8 cast only, see ``kernels/schedule.cta_runs``)."""
+    round-robin chunks of k tiles; cast kernels only, see ``kernels/schedule.cta_runs``)."""
 
     tile_cols: int = 128
     stages: int = 4
@@ -106,9 +106,11 @@ class KernelSpec:
 
 
 def _no_chunks(spec) -> None:
-    """Round-robin chunks (TilePlan.chunk) are built into the FP8 cast only."""
+    """Round-robin chunks (TilePlan.chunk) are built into the cast kernels only."""
     if spec.plan.chunk != -1:
-        raise ValueError(f"plan.chunk: only the FP8 cast takes round-robin chunks ({spec.family})")
+        raise ValueError(
+            f"plan.chunk: only the cast kernels take round-robin chunks: {spec.family}"
+        )
 
 
 @dataclass(frozen=True)
@@ -166,10 +168,22 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
     fast_math: bool = False
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
+    # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
+    # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
+    MEMORY_BOUND_CHUNK: ClassVar[int] = 8
+
+    def round_robin_chunk(self) -> int:
+        """Tiles per round-robin chunk of the walk (kernels/schedule.py, ``cta_runs``); 0, the
+        default: one contiguous range per CTA, rendered without the loop over runs (that loop
+        alone cost the H200 kernel 2-3%: perf/NOTES.md attempt 55). The runtime asks for
+        chunks on GPUs with little DRAM bandwidth per SM clock (``nvfp4.device_chunk``)."""
+        return max(self.plan.chunk, 0)
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
 
     def __post_init__(self):
         super().__post_init__()
-        _no_chunks(self)
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
         if self.rht and not self.columnwise:

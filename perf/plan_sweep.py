@@ -31,6 +31,7 @@ OPS = {
     "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_compact": lambda c, g: bench.bench_nvfp4(c, g, False),
     "nvfp4_rowwise": lambda c, g: bench.bench_nvfp4(c, g, False, columnwise=False, rht=False),
+    "nvfp4_colwise": lambda c, g: bench.bench_nvfp4(c, g, False, rowwise=False),
     "nvfp4_call": lambda c, g: bench.bench_nvfp4(c, g, True),
 }
 

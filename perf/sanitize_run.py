@@ -2,7 +2,8 @@
 
     compute-sanitizer --tool memcheck python perf/sanitize_run.py
 Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-size per-group
-array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels."""
+array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels,
+round-robin chunks of both casts and the amax pass's L2 hand-off walk."""
 
 import torch
 
@@ -35,10 +36,19 @@ def main():
     cutequant.fp8_group_quantize(
         x, splits, columnwise=False, scaling="delayed", scale=torch.ones(65, device="cuda")
     )
-    # the shifted, wrapping walk of the amax pass before an FP8 cast (forced: 1 resident tile)
-    from cutequant import amax
+    # NVFP4 in round-robin chunks (the plan nvfp4.device_chunk picks on an H100)
+    from cutequant import amax, fp8, nvfp4
+    from cutequant.testing import with_plan
 
+    nvfp4_spec = nvfp4._spec
+    nvfp4._spec = with_plan(nvfp4_spec, chunk=8)
+    cutequant.nvfp4_group_quantize(x, splits)
+    cutequant.nvfp4_group_quantize(x, splits, columnwise=False, rht=False)
+    nvfp4._spec = nvfp4_spec
+    # the shifted, wrapping walk of the amax pass before an FP8 cast on contiguous ranges (the
+    # L2 hand-off's condition; forced: 1 resident tile)
     amax.l2_resident = lambda *args: 1
+    fp8._spec = with_plan(fp8._spec, chunk=0)
     splits = random_splits(65, None, gen, zero_at=("front", "middle", "end"), mean_rows=48)
     cutequant.fp8_group_quantize(grouped_input(splits, 256, gen), splits)
     torch.cuda.synchronize()

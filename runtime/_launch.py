@@ -55,6 +55,25 @@ def sm_count(device: torch.device) -> int:
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@functools.cache
+def _dram_bytes_per_sm_clock(index: int) -> float | None:
+    p = torch.cuda.get_device_properties(index)
+    mem_khz = getattr(p, "memory_clock_rate", 0)  # torch >= 2.5 (else None: no opinion)
+    bus_bits = getattr(p, "memory_bus_width", 0)
+    sm_khz = getattr(p, "clock_rate", 0)
+    if not (mem_khz and bus_bits and sm_khz):
+        return None
+    return 2 * mem_khz * bus_bits / 8 / (p.multi_processor_count * sm_khz)
+
+
+def dram_bytes_per_sm_clock(device: torch.device) -> float | None:
+    """Peak DRAM bytes per SM clock per SM (double data rate x bus width / (SMs x SM clock)):
+    how memory-rich a GPU is for its compute. H100 SXM 12.8, H200 18.6 (measured from the
+    device properties); None when torch does not report the memory clock."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _dram_bytes_per_sm_clock(index)
+
+
 class DevPtr:
     """A device address with the element type and alignment a kernel was compiled for."""
 

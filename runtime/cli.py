@@ -46,6 +46,15 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
                 fast_math=(False, True),
                 stochastic=(False, True),
             )
+            if rowwise:  # what nvfp4.device_chunk asks for on an H100
+                chunked = dataclasses.replace(
+                    S.Nvfp4QuantizeSpec().plan, chunk=S.Nvfp4QuantizeSpec.MEMORY_BOUND_CHUNK
+                )
+                out.append(
+                    S.Nvfp4QuantizeSpec(
+                        arch=arch, rowwise=True, columnwise=columnwise, rht=rht, plan=chunked
+                    )
+                )
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         out += _variants(
             S.Fp8QuantizeSpec,

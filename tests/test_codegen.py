@@ -17,7 +17,8 @@ def test_variant_inventory():
     families = {s.family for s in ALL}
     assert families == {"group_tables", "group_amax", "nvfp4_quantize", "fp8_quantize"}
     assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
-    assert sum(s.family == "nvfp4_quantize" for s in ALL) == 40  # x2: stochastic rounding
+    # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
+    assert sum(s.family == "nvfp4_quantize" for s in ALL) == 43
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
 
 
@@ -157,5 +158,42 @@ def test_round_robin_chunks_are_a_plan_switch():
         S.TilePlan(chunk=-2)
     with pytest.raises(ValueError, match="chunk"):
         S.GroupAmaxSpec(plan=S.TilePlan(chunk=4))
-    with pytest.raises(ValueError, match="chunk"):
-        S.Nvfp4QuantizeSpec(plan=S.TilePlan(chunk=4))
+
+
+def test_nvfp4_chunks_render_only_when_asked():
+    """NVFP4: contiguous ranges by default, rendered without the loop over runs (that loop cost
+    the H200 kernel 2-3%); a chunked plan renders the run loop and is its own kernel."""
+    plain = S.Nvfp4QuantizeSpec()
+    assert plain.round_robin_chunk() == 0
+    src = render(plain)
+    assert "CHUNK" not in src and "sched.cta_tile_range(" in src and "run_bounds" not in src
+    for opts in ({}, {"rowwise": False}, {"columnwise": False, "rht": False}):
+        spec = S.Nvfp4QuantizeSpec(plan=S.TilePlan(chunk=8), **opts)
+        src = render(spec)
+        assert "CHUNK = 8" in src and "sched.cta_runs(" in src and "t_begin" not in src
+        assert spec.key() != S.Nvfp4QuantizeSpec(**opts).key()
+
+
+def test_nvfp4_device_chunk(monkeypatch):
+    """The memory-bound NVFP4 variants (compact scales, a rowwise output, no fast-math, no SR)
+    walk in round-robin chunks on memory-poor GPUs (H100 SXM: 12.8 DRAM bytes per SM clock),
+    contiguously on the H200 (18.6) or when torch does not report the memory clock; the other
+    variants always contiguously."""
+    from cutequant import _launch, cli, nvfp4
+
+    dev = object()
+    plain = dict(rowwise=True, swizzled=False, fast_math=False, stochastic=False)
+    for per_clock, change, want in (
+        (12.8, {}, 8),
+        (12.8, {"swizzled": True}, -1),
+        (12.8, {"fast_math": True}, -1),
+        (12.8, {"stochastic": True}, -1),
+        (12.8, {"rowwise": False}, -1),
+        (18.6, {}, -1),
+        (None, {}, -1),
+    ):
+        monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d, v=per_clock: v)
+        assert nvfp4.device_chunk(dev, **{**plain, **change}) == want, (per_clock, change)
+    chunked = nvfp4._spec("sm_90a", True, True, True, False, False, False, 8)
+    assert chunked.round_robin_chunk() == 8
+    assert chunked in cli.all_specs("sm_90a")  # precompiled with the rest

@@ -176,6 +176,28 @@ def test_walk_bands(band, monkeypatch, rng):
     check_quantize(x, splits, swizzled_scales=True, rowwise=False)
 
 
+@pytest.mark.parametrize("chunk,ctas", [(1, 5), (3, 7), (8, 6)])
+def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
+    """Round-robin tile chunks (the plan the runtime picks for compact scales on an H100) on a
+    small grid: many full rounds, a balanced tail, runs that end inside a group and inside a
+    pair of tiles whose compact column scales leave together, every output set."""
+    from cutequant import _launch, nvfp4
+    from cutequant.testing import with_plan
+
+    monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, chunk=chunk))
+    monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
+    splits = [0, 1008, 64, 0, 448, 16, 2000]
+    x = grouped_input(splits, 528, rng)
+    check_quantize(x, splits)
+    check_quantize(x, splits, swizzled_scales=True)
+    check_quantize(x, splits, rowwise=False, rht=False)
+    check_quantize(x, splits, columnwise=False, rht=False)
+    state = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64, generator=rng).cuda()
+    check_quantize(x, splits, stochastic_rounding=True, fast_math=True, rng_state=state)
+    x = grouped_input([2000], 528, rng)
+    check_quantize(x, [2000])
+
+
 @pytest.mark.parametrize("opts", VARIANTS, ids=lambda o: "-".join(k for k, v in o.items() if v))
 def test_stochastic_rounding_every_variant(opts, rng):
     """SR random bits depend only on (seed, offset, block position): bit-exact vs the reference."""
