@@ -8,7 +8,8 @@ EARLY_NONE = 0
 # the tables are immutable and were complete before any earlier kernel ran (host splits: the
 # runtime copies them once, synchronously, and caches them): the producer finds its first tile
 # (dependent table loads) before waiting and issues its first TMA load right after the wait.
-# H200: 0.4-0.8 us per call (amax RHT dense 23.2-23.5 -> 22.9 us; perf/NOTES.md attempt 58)
+# H200 A/B: 0.4-1.0 us per call (RHT amax dense 23.3 / 22.6 -> 22.2 / 22.5 us, 8 groups 35.1 ->
+# 34.1 us; perf/NOTES.md attempt 58)
 EARLY_TABLES = 1
 # also x: a cast kernel launched right after the same call's amax pass over the same x loads its
 # first ring of x before waiting (device splits too: their table kernel ran before the amax pass)

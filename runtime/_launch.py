@@ -68,8 +68,8 @@ def _dram_bytes_per_sm_clock(index: int) -> float | None:
 
 def dram_bytes_per_sm_clock(device: torch.device) -> float | None:
     """Peak DRAM bytes per SM clock per SM (double data rate x bus width / (SMs x SM clock)):
-    how memory-rich a GPU is for its compute. H100 SXM 12.8, H200 18.6 (measured from the
-    device properties); None when torch does not report the memory clock."""
+    how memory-rich a GPU is for its compute. H100 SXM 12.8, H200 18.4 (from the device
+    properties); None when torch does not report the memory clock."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     return _dram_bytes_per_sm_clock(index)
 

@@ -80,7 +80,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
 # 64 groups of 1040 rows 266 -> 223 us, the whole call 64 groups 363 -> 321 us, dense -2..-5%,
 # equal 2048-8192-row groups 5-7% slower; rowwise only 0-6% faster. Not chunked, measured worse
 # or mixed there: swizzled scales (-12% .. +16%), fast-math (-10% dense, -9% at 256 groups),
-# stochastic rounding (-4 .. -11%), columnwise only (-8.5% .. +12%). The H200 (18.6) is
+# stochastic rounding (-4 .. -11%), columnwise only (-8.5% .. +12%). The H200 (18.4) is
 # instruction bound and chunks cost it 5-15% (attempt 55): contiguous, without the run loop.
 CHUNK_BELOW_BYTES_PER_SM_CLOCK = 16.0
 

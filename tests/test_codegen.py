@@ -177,7 +177,7 @@ def test_nvfp4_chunks_render_only_when_asked():
 def test_nvfp4_device_chunk(monkeypatch):
     """The memory-bound NVFP4 variants (compact scales, a rowwise output, no fast-math, no SR)
     walk in round-robin chunks on memory-poor GPUs (H100 SXM: 12.8 DRAM bytes per SM clock),
-    contiguously on the H200 (18.6) or when torch does not report the memory clock; the other
+    contiguously on the H200 (18.4) or when torch does not report the memory clock; the other
     variants always contiguously."""
     from cutequant import _launch, cli, nvfp4
 
@@ -189,7 +189,7 @@ def test_nvfp4_device_chunk(monkeypatch):
         (12.8, {"fast_math": True}, -1),
         (12.8, {"stochastic": True}, -1),
         (12.8, {"rowwise": False}, -1),
-        (18.6, {}, -1),
+        (18.4, {}, -1),
         (None, {}, -1),
     ):
         monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d, v=per_clock: v)
