@@ -9,6 +9,7 @@ filled by one producer thread, one CTA per SM, contiguous per-CTA tile ranges):
   once the store has read it (``cp.async.bulk.wait_group.read``);
 * ``stg``: two warpgroups read each stage with LDS.128 and write it with 16-byte STG, as the
   cast kernels do (whole 128-byte lines per store instruction);
+* ``ldg``: one 256-thread CTA per tile, 16-byte LDG / STG, no TMA (torch's copy structure);
 * torch's own copy kernel (LDG / STG, many CTAs per SM) for reference.
 
 Timed like perf/bench.py (CUDA-graph replay, median) against the copy bandwidth of the same run.
@@ -211,6 +212,50 @@ def make_launch(tma_store: bool, stages: int, chunk: int):
     return launch
 
 
+def make_ldg_launch(ctas_per_tile_row: int = 1):
+    """The torch-copy structure with this design's tiles: one 256-thread CTA per 64 x 128 tile
+    (no TMA, no shared memory, no persistence), 16-byte LDG / STG, many CTAs per SM."""
+
+    @cute.jit
+    def launch(
+        x_ptr: cute.Pointer,
+        y_ptr: cute.Pointer,
+        m: Int32,
+        n: Int32,
+        grid: Int32,
+        stream: cuda.CUstream,
+    ):
+        col_tiles = (n + TILE_COLS - 1) // TILE_COLS
+        total = (m // TILE_ROWS) * col_tiles
+        ldg_kernel(x_ptr, y_ptr, m, n).launch(grid=[total, 1, 1], block=[256, 1, 1], stream=stream)
+
+    @cute.kernel
+    def ldg_kernel(x_ptr: cute.Pointer, y_ptr: cute.Pointer, m: Int32, n: Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        col_tiles = (n + TILE_COLS - 1) // TILE_COLS
+        row0 = (bidx // col_tiles) * TILE_ROWS  # token-fastest would be bidx % row_tiles
+        col0 = (bidx % col_tiles) * TILE_COLS
+        r = tidx // 16  # 16 threads x 16 bytes = one 256-byte tile row
+        c = tidx % 16
+        x = x_ptr.toint()
+        y = y_ptr.toint()
+        vals = []
+        for i in cutlass.range_constexpr(4):
+            off = (
+                cutlass.Int64(row0 + r + 16 * i) * cutlass.Int64(n) + cutlass.Int64(col0 + 8 * c)
+            ) * 2
+            v = cute.make_tensor(
+                cute.make_ptr(cutlass.Uint32, x + off, cute.AddressSpace.gmem, assumed_align=16),
+                cute.make_layout(4),
+            ).load()
+            vals.append((off, [v[0], v[1], v[2], v[3]]))
+        for off, w in vals:
+            dev.st_global_v4(y + off, *w)
+
+    return launch
+
+
 @cute.jit
 def tile_of(k: Int32, chunk: cutlass.Constexpr, bidx: Int32, gdim: Int32) -> Int32:
     """The k-th tile of CTA bidx: contiguous (chunk 0: k itself) or round-robin chunks."""
@@ -233,13 +278,13 @@ def main() -> int:
     configs = [
         (name, ts, st, ch)
         for name, ts in (("tma_store", True), ("stg", False))
-        for st in (4, 8, 12)
+        for st in (4, 8)
         for ch in (0, 8)
-    ]
+    ] + [("ldg", None, 0, 0)]
     for base_name, tma_store, stages, chunk in configs:
         name = f"{base_name} s{stages} c{chunk}"
         compiled = cute.compile(
-            make_launch(tma_store, stages, chunk),
+            make_ldg_launch() if tma_store is None else make_launch(tma_store, stages, chunk),
             mk(BFloat16, 0, gmem, assumed_align=16),
             mk(BFloat16, 0, gmem, assumed_align=16),
             Int32(64),
