@@ -3,7 +3,8 @@
     compute-sanitizer --tool memcheck python perf/sanitize_run.py
 Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-size per-group
 array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels,
-round-robin chunks of both casts and the amax pass's L2 hand-off walk."""
+round-robin chunks of both casts, the amax pass's L2 hand-off walk, and the FP8 tile cast (current
+scaling of 16-bit inputs with both outputs, host and device splits: the first section)."""
 
 import torch
 
@@ -20,6 +21,8 @@ def main():
         cutequant.fp8_group_quantize(
             x.float(), splits, scaling="delayed", scale=torch.ones(groups, device="cuda")
         )
+        # the tile cast (current scaling, both outputs) on a grid sized without the splits
+        cutequant.fp8_group_quantize(x, torch.tensor(splits, device="cuda"))
         cutequant.nvfp4_group_quantize(x, splits)
         cutequant.nvfp4_group_quantize(x, splits, rht=False, swizzled_scales=True, fast_math=True)
         cutequant.nvfp4_group_quantize(
@@ -29,7 +32,12 @@ def main():
             x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
-    # the FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a tail
+    # the TMA-ring FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a
+    # tail (16-bit inputs go to the tile cast unless TILE_CAST is off)
+    from cutequant import amax, fp8, nvfp4
+    from cutequant.testing import with_plan
+
+    fp8.TILE_CAST = False
     splits = random_splits(65, None, gen, zero_at=("front", "end"), mean_rows=1040)
     x = grouped_input(splits, 1024, gen)
     cutequant.fp8_group_quantize(x, splits)
@@ -37,9 +45,6 @@ def main():
         x, splits, columnwise=False, scaling="delayed", scale=torch.ones(65, device="cuda")
     )
     # NVFP4 in round-robin chunks (the plan nvfp4.device_chunk picks on an H100)
-    from cutequant import amax, fp8, nvfp4
-    from cutequant.testing import with_plan
-
     nvfp4_spec = nvfp4._spec
     nvfp4._spec = with_plan(nvfp4_spec, chunk=8)
     cutequant.nvfp4_group_quantize(x, splits)

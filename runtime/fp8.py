@@ -10,7 +10,7 @@ import torch
 from cutequant import _checks, _launch, groups
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
-from cutequant.codegen.specs import Fp8QuantizeSpec
+from cutequant.codegen.specs import Fp8QuantizeSpec, Fp8TileCastSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 
@@ -45,6 +45,26 @@ class Fp8GroupedTensor(groups.GroupedViews):
         if self.col_data is not None:
             out["col_data"] = self.col_data[n * row0 : n * (row0 + m_g)].view(n, m_g)
         return out
+
+
+# Current scaling with both outputs of 16-bit inputs runs the one-CTA-per-tile cast
+# (kernels/templates/fp8_tile_cast.py.j2; H200: the call 2-5% faster on 5 of 6 shapes, perf/NOTES.md
+# attempt 63); every other variant, and all of them with TILE_CAST off (how tests and plan
+# sweeps reach its plans), the persistent TMA-ring kernel, which measured faster there.
+TILE_CAST = True
+
+
+@functools.cache
+def _tile_spec(arch, in_dtype, fp8_dtype) -> Fp8TileCastSpec:
+    return Fp8TileCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype)
+
+
+def _tile_grid(layout, m_rows: int, n_cols: int, num_groups: int) -> int:
+    """CTAs of the tile cast: one per tile (an upper bound when the splits are on the device:
+    each group adds at most one partial tile; the extra CTAs only write scales), and enough to
+    write every group's scale."""
+    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
+    return max(row_tiles * -(-n_cols // 128), -(-num_groups // 256), 1)
 
 
 @functools.cache
@@ -128,14 +148,18 @@ def fp8_group_quantize(
     scales = empty((2, num_groups), torch.float32, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     stream = torch.cuda.current_stream(dev)
-    spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
+    tile = TILE_CAST and in_dtype != "f32" and not delayed and rowwise and columnwise
+    if tile:
+        spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype])
+    else:
+        spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
     if not delayed:
         # A cast on contiguous tile ranges with a transposed output (TilePlan.chunk = 0): the
         # amax pass walks like it and leaves the cast's first tiles in L2. The default cast
         # walks in round-robin chunks (kernels/schedule.cta_runs), which the hand-off cannot
         # follow: the amax pass then takes its own (faster) walk.
-        band = spec.walk_band()
-        handoff = spec.round_robin_chunk() == 0 and band > 1
+        band = 1 if tile else spec.walk_band()
+        handoff = not tile and spec.round_robin_chunk() == 0 and band > 1
         launch_group_amax(
             x,
             layout,
@@ -149,7 +173,10 @@ def fp8_group_quantize(
         )
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
-        num_ctas = _launch.grid_size(spec, dev)
+        if tile:
+            num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups)
+        else:
+            num_ctas = _launch.grid_size(spec, dev)
         _launch.run_grouped(
             spec,
             _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),

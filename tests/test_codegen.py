@@ -15,11 +15,18 @@ ALL = cli.all_specs()
 
 def test_variant_inventory():
     families = {s.family for s in ALL}
-    assert families == {"group_tables", "group_amax", "nvfp4_quantize", "fp8_quantize"}
+    assert families == {
+        "group_tables",
+        "group_amax",
+        "nvfp4_quantize",
+        "fp8_quantize",
+        "fp8_tile_cast",
+    }
     assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
     # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
     assert sum(s.family == "nvfp4_quantize" for s in ALL) == 43
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
+    assert sum(s.family == "fp8_tile_cast" for s in ALL) == 4  # 16-bit inputs x fp8 dtypes
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())

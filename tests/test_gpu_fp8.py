@@ -125,6 +125,7 @@ def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
     from cutequant import _launch, fp8
     from cutequant.testing import with_plan
 
+    monkeypatch.setattr(fp8, "TILE_CAST", False)  # the TMA-ring kernel's plans
     monkeypatch.setattr(fp8, "_spec", with_plan(fp8._spec, chunk=chunk))
     monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
     splits = [0, 1008, 64, 0, 448, 16, 2000]
@@ -137,6 +138,22 @@ def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
     x = grouped_input([2000], 528, rng)
     check_fp8(x, [2000])
     check_fp8(x, [2000], columnwise=False, scaling="delayed", scale=torch.ones(1, device="cuda"))
+
+
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16])
+def test_tma_ring_kernel_for_16_bit_inputs(in_dtype, monkeypatch, rng):
+    """The persistent TMA-ring cast (f32 inputs, and 16-bit ones with TILE_CAST off) against
+    the reference: both scalings, every output set, 65 uneven groups with empty ones."""
+    from cutequant import fp8
+
+    monkeypatch.setattr(fp8, "TILE_CAST", False)
+    splits = random_splits(65, None, rng, zero_at=("front", "middle", "end"), mean_rows=96)
+    x = grouped_input(splits, 400, rng).to(in_dtype)
+    scale = torch.rand(65, generator=rng).cuda() + 0.5
+    check_fp8(x, splits)
+    check_fp8(x, splits, scaling="delayed", scale=scale)
+    check_fp8(x, splits, rowwise=False)
+    check_fp8(x, splits, columnwise=False, scaling="delayed", scale=scale)
 
 
 def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
