@@ -48,10 +48,24 @@ class Fp8GroupedTensor(groups.GroupedViews):
 
 
 # Current scaling with both outputs of 16-bit inputs runs the one-CTA-per-tile cast
-# (kernels/templates/fp8_tile_cast.py.j2; H200: the call 2-5% faster on 5 of 6 shapes, perf/NOTES.md
-# attempt 63); every other variant, and all of them with TILE_CAST off (how tests and plan
-# sweeps reach its plans), the persistent TMA-ring kernel, which measured faster there.
+# (kernels/templates/fp8_tile_cast.py.j2) on GPUs with at least TILE_CAST_MIN_BYTES_PER_SM_CLOCK
+# DRAM bytes per SM clock (``_launch.dram_bytes_per_sm_clock``): measured on the H200 (18.4),
+# where the call is 2-5% faster on 6 of 7 shapes (perf/NOTES.md attempt 63); the H100 (12.8)
+# keeps the TMA-ring kernel until the tile cast is measured there. Every other variant runs the
+# persistent TMA-ring kernel (faster for delayed scaling and one output), as do all of them with
+# TILE_CAST off (how tests and plan sweeps reach that kernel's plans).
 TILE_CAST = True
+TILE_CAST_MIN_BYTES_PER_SM_CLOCK = 16.0
+
+
+def uses_tile_cast(
+    device: torch.device, in_dtype: str, delayed: bool, rowwise: bool, columnwise: bool
+) -> bool:
+    """Whether this call's cast runs the one-CTA-per-tile kernel (see TILE_CAST)."""
+    if not (TILE_CAST and in_dtype != "f32" and not delayed and rowwise and columnwise):
+        return False
+    per_clock = _launch.dram_bytes_per_sm_clock(device)
+    return per_clock is not None and per_clock >= TILE_CAST_MIN_BYTES_PER_SM_CLOCK
 
 
 @functools.cache
@@ -148,7 +162,7 @@ def fp8_group_quantize(
     scales = empty((2, num_groups), torch.float32, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     stream = torch.cuda.current_stream(dev)
-    tile = TILE_CAST and in_dtype != "f32" and not delayed and rowwise and columnwise
+    tile = uses_tile_cast(dev, in_dtype, delayed, rowwise, columnwise)
     if tile:
         spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype])
     else:

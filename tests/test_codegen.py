@@ -204,3 +204,25 @@ def test_nvfp4_device_chunk(monkeypatch):
     chunked = nvfp4._spec("sm_90a", True, True, True, False, False, False, 8)
     assert chunked.round_robin_chunk() == 8
     assert chunked in cli.all_specs("sm_90a")  # precompiled with the rest
+
+
+def test_fp8_tile_cast_choice(monkeypatch):
+    """The one-CTA-per-tile FP8 cast: current scaling, both outputs, 16-bit inputs, on GPUs
+    measured for it (H200 class: >= 16 DRAM bytes per SM clock); everything else, and every
+    call with TILE_CAST off, on the TMA-ring kernel."""
+    from cutequant import _launch, fp8
+
+    dev = object()
+    monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d: 18.4)
+    assert fp8.uses_tile_cast(dev, "bf16", False, True, True)
+    assert fp8.uses_tile_cast(dev, "f16", False, True, True)
+    assert not fp8.uses_tile_cast(dev, "f32", False, True, True)
+    assert not fp8.uses_tile_cast(dev, "bf16", True, True, True)
+    assert not fp8.uses_tile_cast(dev, "bf16", False, False, True)
+    assert not fp8.uses_tile_cast(dev, "bf16", False, True, False)
+    monkeypatch.setattr(fp8, "TILE_CAST", False)
+    assert not fp8.uses_tile_cast(dev, "bf16", False, True, True)
+    monkeypatch.setattr(fp8, "TILE_CAST", True)
+    for per_clock in (12.8, None):  # the H100; torch without the memory clock
+        monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d, v=per_clock: v)
+        assert not fp8.uses_tile_cast(dev, "bf16", False, True, True)
