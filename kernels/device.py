@@ -271,6 +271,33 @@ def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     return _f32x2_to_u32(_cvt_fp8x2("e5m2"), hi, lo, loc, ip)
 
 
+def fp8x4(vals, s: Float32, fp8_dtype: str) -> Uint32:
+    """Four values times the scale -> four fp8 bytes (``fp8_dtype`` "e4m3" / "e5m2"; element 0
+    in bits 0-7): RNE satfinite hardware conversions, NaN stays NaN."""
+    cvt = e4m3x2 if fp8_dtype == "e4m3" else e5m2x2
+    lo = cvt(vals[1] * s, vals[0] * s)
+    hi = cvt(vals[3] * s, vals[2] * s)
+    return lo | (hi << 16)
+
+
+@cute.jit
+def fp8_scale_from_amax(amax: Float32, epsilon: Float32, pow2: Int32, fp8_max: float) -> Float32:
+    """TE's compute_scale_from_amax (te_semantics.md section 6): amax < epsilon -> epsilon;
+    fp8_max / amax (RN), inf -> FLT_MAX; amax inf / 0 / NaN -> 1; ``pow2`` != 0: the power of 2
+    at or below."""
+    a = amax
+    if a < epsilon:
+        a = epsilon
+    s = div_rn(Float32(fp8_max), a)
+    if s == Float32(float("inf")):
+        s = Float32(FLT_MAX)
+    if a == Float32(float("inf")) or a == Float32(0.0) or a != a:
+        s = Float32(1.0)
+    if pow2 != 0:
+        s = bits_f32(f32_bits(s) & Uint32(0xFF800000))
+    return s
+
+
 @dsl_user_op
 def e4m3x2_to_f32x2(pair: Uint32, *, loc=None, ip=None):
     """Exact e4m3 -> fp32 of bytes 0 and 1 of ``pair`` (via f16, which holds every e4m3)."""
