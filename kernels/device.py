@@ -95,6 +95,32 @@ def load_shared_v4(addr: Int32) -> list:
     return [v[0], v[1], v[2], v[3]]
 
 
+@cute.jit
+def load_shared_b32(addr: Int32) -> Uint32:
+    """One 32-bit word from 4-byte-aligned shared address ``addr`` (one LDS.32)."""
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.smem, assumed_align=4), cute.make_layout(1)
+    ).load()
+    return v[0]
+
+
+@cute.jit
+def store_shared_b32(addr: Int32, word: Uint32):
+    """One 32-bit word to 4-byte-aligned shared address ``addr`` (one STS.32)."""
+    cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.smem, assumed_align=4), cute.make_layout(1)
+    )[0] = word
+
+
+@cute.jit
+def load_global_v4(addr: Int64) -> list:
+    """Four 32-bit words from 16-byte-aligned global address ``addr`` (one LDG.128)."""
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.gmem, assumed_align=16), cute.make_layout(4)
+    ).load()
+    return [v[0], v[1], v[2], v[3]]
+
+
 @dsl_user_op
 def load_shared_u16x2(
     lo_addr: Int32, lo_off: int, hi_addr: Int32, hi_off: int, *, loc=None, ip=None
@@ -269,6 +295,15 @@ def e4m3x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
 def e5m2x2(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
     """RNE satfinite fp32 -> e5m2 of two values: ``lo`` in bits 0-7, ``hi`` in bits 8-15."""
     return _f32x2_to_u32(_cvt_fp8x2("e5m2"), hi, lo, loc, ip)
+
+
+def half_to_f32(words, i: int, in_dtype: str) -> Float32:
+    """Element ``i`` of packed 16-bit values (``in_dtype`` "bf16" / "f16"; element 0 in the low
+    half of word 0) widened to fp32, exactly."""
+    if in_dtype == "f16":
+        return f16x2_to_f32x2(words[i // 2])[i % 2]
+    w = words[i // 2]
+    return bits_f32(w << 16) if i % 2 == 0 else bits_f32(w & Uint32(0xFFFF0000))
 
 
 def fp8x4(vals, s: Float32, fp8_dtype: str) -> Uint32:

@@ -20,7 +20,6 @@ import cutlass
 import cutlass.cute as cute
 import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint32
-from cutlass.cutlass_dsl import dsl_user_op
 
 sys.path.insert(0, os.path.dirname(__file__))
 import bench  # noqa: E402
@@ -30,19 +29,6 @@ from cutequant.kernels import device as dev  # noqa: E402
 TILE_ROWS = 64
 TILE_COLS = 128
 PITCH = TILE_ROWS // 4 + 1  # words per transposed row in shared memory (+1: fewer conflicts)
-
-
-@dsl_user_op
-def sts32(addr: Int32, word: Uint32, *, loc=None, ip=None):
-    dev._side_effect("st.shared.b32 [$0], $1;", Int32, addr, (word,), loc, ip)
-
-
-@cute.jit
-def lds32(addr: Int32) -> Uint32:
-    v = cute.make_tensor(
-        cute.make_ptr(Uint32, addr, cute.AddressSpace.smem, assumed_align=4), cute.make_layout(1)
-    ).load()
-    return v[0]
 
 
 def make_launch(token_fastest: bool):
@@ -122,13 +108,13 @@ def make_launch(token_fastest: bool):
             lo2 = dev.prmt(b[0], b[1], sel | ((4 + sel) << 4))
             hi2 = dev.prmt(b[2], b[3], sel | ((4 + sel) << 4))
             word = dev.prmt(lo2, hi2, 0x5410)
-            sts32(sbase + ((8 * c + e) * PITCH + t) * 4, word)
+            dev.store_shared_b32(sbase + ((8 * c + e) * PITCH + t) * 4, word)
         cute.arch.barrier()
         for p in cutlass.range_constexpr(2):
             idx = tidx + 256 * p
             r = idx // 4  # transposed row (column of x) within the tile
             k = idx % 4  # 16-token piece
-            words = [lds32(sbase + (r * PITCH + 4 * k + q) * 4) for q in range(4)]
+            words = [dev.load_shared_b32(sbase + (r * PITCH + 4 * k + q) * 4) for q in range(4)]
             if col0 + r < n:
                 dev.st_global_v4(cols + Int64(col0 + r) * Int64(m) + Int64(row0 + 16 * k), *words)
 

@@ -74,6 +74,18 @@ def dram_bytes_per_sm_clock(device: torch.device) -> float | None:
     return _dram_bytes_per_sm_clock(index)
 
 
+# Between the H100 SXM (12.8) and the H200 (18.4): the kernels' per-GPU choices
+# (nvfp4.device_chunk, fp8.uses_tile_cast) were measured on those two.
+MEMORY_RICH_BYTES_PER_SM_CLOCK = 16.0
+
+
+def memory_rich(device: torch.device) -> bool | None:
+    """Whether the GPU's DRAM gives at least MEMORY_RICH_BYTES_PER_SM_CLOCK bytes per SM clock
+    (H200 class: True; H100 class: False); None when torch does not report the memory clock."""
+    per_clock = dram_bytes_per_sm_clock(device)
+    return None if per_clock is None else per_clock >= MEMORY_RICH_BYTES_PER_SM_CLOCK
+
+
 class DevPtr:
     """A device address with the element type and alignment a kernel was compiled for."""
 

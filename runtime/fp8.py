@@ -48,14 +48,13 @@ class Fp8GroupedTensor(groups.GroupedViews):
 
 
 # Current scaling with both outputs of 16-bit inputs runs the one-CTA-per-tile cast
-# (kernels/templates/fp8_tile_cast.py.j2) on GPUs with at least TILE_CAST_MIN_BYTES_PER_SM_CLOCK
-# DRAM bytes per SM clock (``_launch.dram_bytes_per_sm_clock``): measured on the H200 (18.4),
+# (kernels/templates/fp8_tile_cast.py.j2) on GPUs with at least 16 DRAM bytes per SM clock
+# (``_launch.memory_rich``): measured on the H200 (18.4),
 # where the call is 2-5% faster on 6 of 7 shapes (perf/NOTES.md attempt 63); the H100 (12.8)
 # keeps the TMA-ring kernel until the tile cast is measured there. Every other variant runs the
 # persistent TMA-ring kernel (faster for delayed scaling and one output), as do all of them with
 # TILE_CAST off (how tests and plan sweeps reach that kernel's plans).
 TILE_CAST = True
-TILE_CAST_MIN_BYTES_PER_SM_CLOCK = 16.0
 
 
 def uses_tile_cast(
@@ -64,8 +63,7 @@ def uses_tile_cast(
     """Whether this call's cast runs the one-CTA-per-tile kernel (see TILE_CAST)."""
     if not (TILE_CAST and in_dtype != "f32" and not delayed and rowwise and columnwise):
         return False
-    per_clock = _launch.dram_bytes_per_sm_clock(device)
-    return per_clock is not None and per_clock >= TILE_CAST_MIN_BYTES_PER_SM_CLOCK
+    return _launch.memory_rich(device) is True
 
 
 @functools.cache

@@ -73,18 +73,15 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
 
 # Round-robin tile chunks (kernels/schedule.py, ``cta_runs``) for the memory-bound variants
 # (compact scales, a rowwise output, no fast-math, no stochastic rounding) on GPUs whose DRAM
-# delivers fewer than CHUNK_BELOW_BYTES_PER_SM_CLOCK bytes per SM clock
-# (``_launch.dram_bytes_per_sm_clock``): there the grid waits on memory, and sweeping one window
-# of x and of the outputs pays. H100 (12.8), chunks of 8 vs contiguous ranges (perf/NOTES.md
-# attempt 59): compact 64 groups 251 -> 209 us, 16 uneven groups of 7168 columns 451 -> 375 us,
-# 64 groups of 1040 rows 266 -> 223 us, the whole call 64 groups 363 -> 321 us, dense -2..-5%,
-# equal 2048-8192-row groups 5-7% slower; rowwise only 0-6% faster. Not chunked, measured worse
-# or mixed there: swizzled scales (-12% .. +16%), fast-math (-10% dense, -9% at 256 groups),
-# stochastic rounding (-4 .. -11%), columnwise only (-8.5% .. +12%). The H200 (18.4) is
-# instruction bound and chunks cost it 5-15% (attempt 55): contiguous, without the run loop.
-CHUNK_BELOW_BYTES_PER_SM_CLOCK = 16.0
-
-
+# delivers fewer than 16 bytes per SM clock (``_launch.memory_rich`` is False): there the grid
+# waits on memory, and sweeping one window of x and of the outputs pays. H100 (12.8), chunks of 8
+# vs contiguous ranges (perf/NOTES.md attempt 59): compact 64 groups 251 -> 209 us, 16 uneven
+# groups of 7168 columns 451 -> 375 us, 64 groups of 1040 rows 266 -> 223 us, the whole call 64
+# groups 363 -> 321 us, dense -2..-5%, equal 2048-8192-row groups 5-7% slower; rowwise only 0-6%
+# faster. Not chunked, measured worse or mixed there: swizzled scales (-12% .. +16%), fast-math
+# (-10% dense, -9% at 256 groups), stochastic rounding (-4 .. -11%), columnwise only (-8.5% ..
+# +12%). The H200 (18.4) is instruction bound and chunks cost it 5-15% (attempt 55): contiguous,
+# without the run loop.
 def device_chunk(
     device: torch.device, rowwise: bool, swizzled: bool, fast_math: bool, stochastic: bool
 ) -> int:
@@ -92,8 +89,7 @@ def device_chunk(
     contiguous ranges)."""
     if swizzled or fast_math or stochastic or not rowwise:
         return -1
-    per_clock = _launch.dram_bytes_per_sm_clock(device)
-    if per_clock is None or per_clock >= CHUNK_BELOW_BYTES_PER_SM_CLOCK:
+    if _launch.memory_rich(device) is not False:  # H200 class, or not known
         return -1
     return Nvfp4QuantizeSpec.MEMORY_BOUND_CHUNK
 
