@@ -228,14 +228,15 @@ class Fp8QuantizeSpec(_CastWalk, KernelSpec):
 
 @dataclass(frozen=True)
 class Fp8TileCastSpec(KernelSpec):
-    """Grouped FP8 per-tensor cast with current scaling and both outputs, of 16-bit inputs: one
-    CTA per tile, 16-byte global loads, no TMA ring. The same arguments and outputs as
-    Fp8QuantizeSpec's kernel, faster for this variant only (perf/NOTES.md attempt 63)."""
+    """Grouped FP8 per-tensor cast with both outputs, of 16-bit inputs, current or delayed
+    scaling: one CTA per tile, 16-byte global loads, no TMA ring. The same arguments and outputs
+    as Fp8QuantizeSpec's kernel, faster for these variants (perf/NOTES.md attempts 63, 64)."""
 
     template: ClassVar[str] = "fp8_tile_cast.py.j2"
     family: ClassVar[str] = "fp8_tile_cast"
     in_dtype: str = "bf16"
     fp8_dtype: str = "e4m3"
+    delayed: bool = False
 
     def __post_init__(self):
         super().__post_init__()

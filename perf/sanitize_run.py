@@ -3,8 +3,9 @@
     compute-sanitizer --tool memcheck python perf/sanitize_run.py
 Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-size per-group
 array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels,
-round-robin chunks of both casts, the amax pass's L2 hand-off walk, and the FP8 tile cast (current
-scaling of 16-bit inputs with both outputs, host and device splits: the first section)."""
+round-robin chunks of both casts, the amax pass's L2 hand-off walk, and the FP8 tile cast (16-bit
+inputs with both outputs, current and delayed scaling, host and device splits: the first
+section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile)."""
 
 import torch
 
@@ -21,8 +22,14 @@ def main():
         cutequant.fp8_group_quantize(
             x.float(), splits, scaling="delayed", scale=torch.ones(groups, device="cuda")
         )
-        # the tile cast (current scaling, both outputs) on a grid sized without the splits
+        # the tile cast (both outputs) on a grid sized without the splits; delayed scaling
+        # folds each group's amax with atomics (kernels/group_fold.py)
         cutequant.fp8_group_quantize(x, torch.tensor(splits, device="cuda"))
+        ones = torch.ones(groups, device="cuda")
+        cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=ones)
+        cutequant.fp8_group_quantize(
+            x, torch.tensor(splits, device="cuda"), scaling="delayed", scale=ones
+        )
         cutequant.nvfp4_group_quantize(x, splits)
         cutequant.nvfp4_group_quantize(x, splits, rht=False, swizzled_scales=True, fast_math=True)
         cutequant.nvfp4_group_quantize(

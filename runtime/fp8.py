@@ -47,12 +47,9 @@ class Fp8GroupedTensor(groups.GroupedViews):
         return out
 
 
-# Current scaling with both outputs of 16-bit inputs runs the one-CTA-per-tile cast
-# (kernels/templates/fp8_tile_cast.py.j2) on GPUs with at least 16 DRAM bytes per SM clock
-# (``_launch.memory_rich``): measured on the H200 (18.4),
-# where the call is 2-5% faster on 6 of 7 shapes (perf/NOTES.md attempt 63); the H100 (12.8)
-# keeps the TMA-ring kernel until the tile cast is measured there. Every other variant runs the
-# persistent TMA-ring kernel (faster for delayed scaling and one output), as do all of them with
+# Both outputs of 16-bit inputs, current or delayed scaling, run the one-CTA-per-tile cast
+# (kernels/templates/fp8_tile_cast.py.j2; perf/NOTES.md attempts 63, 64). Every other variant
+# (fp32 inputs, one output) runs the persistent TMA-ring kernel, as do all of them with
 # TILE_CAST off (how tests and plan sweeps reach that kernel's plans).
 TILE_CAST = True
 
@@ -61,14 +58,12 @@ def uses_tile_cast(
     device: torch.device, in_dtype: str, delayed: bool, rowwise: bool, columnwise: bool
 ) -> bool:
     """Whether this call's cast runs the one-CTA-per-tile kernel (see TILE_CAST)."""
-    if not (TILE_CAST and in_dtype != "f32" and not delayed and rowwise and columnwise):
-        return False
-    return _launch.memory_rich(device) is True
+    return TILE_CAST and in_dtype != "f32" and rowwise and columnwise
 
 
 @functools.cache
-def _tile_spec(arch, in_dtype, fp8_dtype) -> Fp8TileCastSpec:
-    return Fp8TileCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype)
+def _tile_spec(arch, in_dtype, fp8_dtype, delayed) -> Fp8TileCastSpec:
+    return Fp8TileCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype, delayed=delayed)
 
 
 def _tile_grid(layout, m_rows: int, n_cols: int, num_groups: int) -> int:
@@ -162,7 +157,7 @@ def fp8_group_quantize(
     stream = torch.cuda.current_stream(dev)
     tile = uses_tile_cast(dev, in_dtype, delayed, rowwise, columnwise)
     if tile:
-        spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype])
+        spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed)
     else:
         spec = _spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
     if not delayed:
@@ -187,8 +182,11 @@ def fp8_group_quantize(
     if m_rows > 0 or num_groups > 0:
         if tile:
             num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups)
+            # the group-fold words (delayed: kernels/group_fold.py); current scaling uses none
+            sync = groups.fold_workspace(dev, stream, num_groups) if delayed else dummy
         else:
             num_ctas = _launch.grid_size(spec, dev)
+            sync = groups.launch_counter(dev, stream, num_ctas)  # kernels/launch_zeroing.py
         _launch.run_grouped(
             spec,
             _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),
@@ -201,7 +199,7 @@ def fp8_group_quantize(
             _launch.ptr(scales[1], 4),
             _launch.ptr(row_data.view(torch.uint8) if rowwise else dummy, 16),
             _launch.ptr(col_data.view(torch.uint8) if columnwise else dummy, 16),
-            _launch.ptr(groups.launch_counter(dev, stream, num_ctas), 8),
+            _launch.ptr(sync, 8),
             float(amax_epsilon),
             int(force_pow2_scales),
             layout.early_level(after_amax_pass=not delayed and m_rows > 0),

@@ -214,6 +214,26 @@ def launch_counter(device: torch.device, stream: torch.cuda.Stream, num_ctas: in
     return counter
 
 
+_FOLD_WORKSPACES: dict = {}
+
+
+def fold_workspace(
+    device: torch.device, stream: torch.cuda.Stream, num_groups: int
+) -> torch.Tensor:
+    """int32 [2 * capacity >= 2 * num_groups] words of ``kernels/group_fold.py`` for kernels on
+    ``stream``: created zero, and every launch leaves them zero (the last CTA of each group
+    resets its two words). Grows by doubling; a replaced buffer is zero and simply dropped."""
+    key = (device.index, stream.cuda_stream)
+    with _LOCK:
+        ws = _FOLD_WORKSPACES.get(key)
+        if ws is None or ws.numel() < 2 * num_groups:
+            cap = 64
+            while cap < num_groups:
+                cap *= 2
+            ws = _FOLD_WORKSPACES[key] = torch.zeros(2 * cap, dtype=torch.int32, device=device)
+    return ws
+
+
 def prepare_groups(
     splits, m_rows: int, device: torch.device, poison: torch.Tensor | None = None
 ) -> GroupLayout:

@@ -26,7 +26,8 @@ def test_variant_inventory():
     # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
     assert sum(s.family == "nvfp4_quantize" for s in ALL) == 43
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
-    assert sum(s.family == "fp8_tile_cast" for s in ALL) == 4  # 16-bit inputs x fp8 dtypes
+    # 16-bit inputs x fp8 dtypes x current / delayed scaling
+    assert sum(s.family == "fp8_tile_cast" for s in ALL) == 8
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())
@@ -207,22 +208,19 @@ def test_nvfp4_device_chunk(monkeypatch):
 
 
 def test_fp8_tile_cast_choice(monkeypatch):
-    """The one-CTA-per-tile FP8 cast: current scaling, both outputs, 16-bit inputs, on GPUs
-    measured for it (H200 class: >= 16 DRAM bytes per SM clock); everything else, and every
-    call with TILE_CAST off, on the TMA-ring kernel."""
-    from cutequant import _launch, fp8
+    """The one-CTA-per-tile FP8 cast: both outputs of 16-bit inputs, either scaling; fp32
+    inputs, one output, and every call with TILE_CAST off, on the TMA-ring kernel."""
+    from cutequant import fp8
 
     dev = object()
-    monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d: 18.4)
-    assert fp8.uses_tile_cast(dev, "bf16", False, True, True)
-    assert fp8.uses_tile_cast(dev, "f16", False, True, True)
-    assert not fp8.uses_tile_cast(dev, "f32", False, True, True)
-    assert not fp8.uses_tile_cast(dev, "bf16", True, True, True)
-    assert not fp8.uses_tile_cast(dev, "bf16", False, False, True)
-    assert not fp8.uses_tile_cast(dev, "bf16", False, True, False)
+    for delayed in (False, True):
+        assert fp8.uses_tile_cast(dev, "bf16", delayed, True, True)
+        assert fp8.uses_tile_cast(dev, "f16", delayed, True, True)
+        assert not fp8.uses_tile_cast(dev, "f32", delayed, True, True)
+        assert not fp8.uses_tile_cast(dev, "bf16", delayed, False, True)
+        assert not fp8.uses_tile_cast(dev, "bf16", delayed, True, False)
     monkeypatch.setattr(fp8, "TILE_CAST", False)
     assert not fp8.uses_tile_cast(dev, "bf16", False, True, True)
-    monkeypatch.setattr(fp8, "TILE_CAST", True)
-    for per_clock in (12.8, None):  # the H100; torch without the memory clock
-        monkeypatch.setattr(_launch, "dram_bytes_per_sm_clock", lambda d, v=per_clock: v)
-        assert not fp8.uses_tile_cast(dev, "bf16", False, True, True)
+    assert not fp8.uses_tile_cast(dev, "bf16", True, True, True)
+    spec = fp8._tile_spec("sm_90a", "bf16", "e4m3", True)
+    assert spec in cli.all_specs("sm_90a")  # precompiled with the rest

@@ -109,6 +109,7 @@ def test_walk_bands(band, monkeypatch, rng):
     from cutequant import fp8
     from cutequant.testing import with_plan
 
+    monkeypatch.setattr(fp8, "TILE_CAST", False)  # the TMA-ring kernel's plans
     monkeypatch.setattr(fp8, "_spec", with_plan(fp8._spec, walk_band=band))
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
@@ -154,6 +155,42 @@ def test_tma_ring_kernel_for_16_bit_inputs(in_dtype, monkeypatch, rng):
     check_fp8(x, splits, scaling="delayed", scale=scale)
     check_fp8(x, splits, rowwise=False)
     check_fp8(x, splits, columnwise=False, scaling="delayed", scale=scale)
+
+
+@pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("n_cols", [272, 384])
+def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
+    """The one-CTA-per-tile cast (16-bit inputs, both outputs) stores the odd transposed rows
+    of groups with M_g % 32 == 16 16 tokens back, reading the previous tile's last 16 tokens
+    again: groups of 1 to 32 tiles with last tiles of 16 and 48 tokens, aligned neighbours,
+    empty groups, a partial column tile (272 columns); both scalings."""
+    splits = [16, 48, 0, 80, 112, 144, 208, 64, 1040, 128, 656, 0, 2000, 32]
+    x = grouped_input(splits, n_cols, rng).to(in_dtype)
+    scale = torch.rand(len(splits), generator=rng).cuda() * 10 + 0.5
+    check_fp8(x, splits)
+    check_fp8(x, splits, fp8_dtype=torch.float8_e5m2, scaling="delayed", scale=scale)
+    dev = torch.tensor(splits, dtype=torch.int64, device="cuda")
+    check_fp8(x, splits, device_splits=dev, scaling="delayed", scale=scale)
+
+
+def test_delayed_amax_back_to_back_calls(rng):
+    """The delayed tile cast folds each group's amax in per-stream workspace words that every
+    launch leaves zero (kernels/group_fold.py): calls queued back to back with no sync, with 3,
+    300 (the workspace grows), 3 and 1 groups and inputs of very different magnitudes, each
+    report their own input's amax; the last call's data is checked byte for byte."""
+    runs = []
+    for groups, factor in ((3, 1e3), (300, 1.0), (3, 1e-3), (1, 7.0)):
+        splits = random_splits(groups, None, rng, mean_rows=96)
+        x = grouped_input(splits, 384, rng) * factor
+        scale = torch.rand(groups, generator=rng).cuda() + 0.5
+        res = cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=scale)
+        runs.append((x, splits, scale, res))
+    torch.cuda.synchronize()
+    for x, splits, scale, res in runs:
+        ref = reference.fp8_group_quantize(x, splits, scaling="delayed", scale=scale)
+        for g, want in enumerate(ref):
+            assert _same_f32(res.amax[g], want["amax"]), (len(splits), g)
+    check_fp8(x, splits, scaling="delayed", scale=scale)
 
 
 def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
