@@ -113,6 +113,15 @@ def store_shared_b32(addr: Int32, word: Uint32):
 
 
 @cute.jit
+def store_shared_b8(addr: Int32, byte: Uint32):
+    """The low byte of ``byte`` to shared address ``addr`` (one STS.U8)."""
+    cute.make_tensor(
+        cute.make_ptr(cutlass.Uint8, addr, cute.AddressSpace.smem, assumed_align=1),
+        cute.make_layout(1),
+    )[0] = cutlass.Uint8(byte & Uint32(0xFF))
+
+
+@cute.jit
 def load_global_v4(addr: Int64) -> list:
     """Four 32-bit words from 16-byte-aligned global address ``addr`` (one LDG.128)."""
     v = cute.make_tensor(

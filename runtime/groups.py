@@ -52,6 +52,19 @@ def host_tables(splits: tuple[int, ...]) -> torch.Tensor:
     return out.to(torch.int32)
 
 
+def host_tile_records(tables: torch.Tensor) -> torch.Tensor:
+    """int32 [row tiles, 4] from ``host_tables``: per 64-row tile (group, group's first row,
+    group's rows, tile within the group). Stored right after the tables on the device, so that a
+    one-CTA-per-tile kernel finds its tile with one 16-byte load instead of a binary search
+    (log2 G dependent loads; kernels/templates/fp8_tile_cast.py.j2)."""
+    t = tables.to(torch.int64)
+    rows = t[0].diff()
+    tiles = t[1].diff()
+    g = torch.repeat_interleave(torch.arange(rows.numel()), tiles)
+    local = torch.arange(g.numel()) - t[1][g]
+    return torch.stack([g, t[0][g], rows[g], local], dim=1).to(torch.int32)
+
+
 @dataclass
 class GroupLayout:
     """One call's grouping: device tables, the group count and (when known) the host splits."""
@@ -259,7 +272,10 @@ def prepare_groups(
     if cached is None:
         host = host_tables(values)
         totals = tuple(int(v) for v in host[:, -1].tolist())
-        cached = (host.to(device, non_blocking=False), values, totals)
+        # one buffer: the tables, then the tile records (kernels find them at 16 * (G + 1) bytes)
+        buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
+        tables = buf.to(device, non_blocking=False)[: host.numel()].view(host.shape)
+        cached = (tables, values, totals)
         with _LOCK:
             _HOST_CACHE[key] = cached
             while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
