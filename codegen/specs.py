@@ -237,9 +237,12 @@ class Fp8TileCastSpec(KernelSpec):
     in_dtype: str = "bf16"
     fp8_dtype: str = "e4m3"
     delayed: bool = False
+    tile_cols: int = 128  # columns per tile; 2 * tile_cols threads per CTA
 
     def __post_init__(self):
         super().__post_init__()
+        if self.tile_cols not in (64, 128):
+            raise ValueError(f"tile_cols must be 64 or 128, got {self.tile_cols}")
         if self.in_dtype not in ("bf16", "f16"):
             raise ValueError(f"in_dtype must be bf16 or f16, got {self.in_dtype!r}")
         if self.fp8_dtype not in FP8_DTYPES:

@@ -66,12 +66,13 @@ def _tile_spec(arch, in_dtype, fp8_dtype, delayed) -> Fp8TileCastSpec:
     return Fp8TileCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype, delayed=delayed)
 
 
-def _tile_grid(layout, m_rows: int, n_cols: int, num_groups: int) -> int:
+def _tile_grid(spec, layout, m_rows: int, n_cols: int, num_groups: int) -> int:
     """CTAs of the tile cast: one per tile (an upper bound when the splits are on the device:
     each group adds at most one partial tile; the extra CTAs only write scales), and enough to
-    write every group's scale."""
+    write every group's scale (one per thread)."""
     row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
-    return max(row_tiles * -(-n_cols // 128), -(-num_groups // 256), 1)
+    threads = 2 * spec.tile_cols
+    return max(row_tiles * -(-n_cols // spec.tile_cols), -(-num_groups // threads), 1)
 
 
 @functools.cache
@@ -181,7 +182,7 @@ def fp8_group_quantize(
     dummy = groups.dummy_buffer(dev)
     if m_rows > 0 or num_groups > 0:
         if tile:
-            num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups)
+            num_ctas = _tile_grid(spec, layout, m_rows, n_cols, num_groups)
             # the group-fold words (delayed: kernels/group_fold.py); current scaling uses none
             sync = groups.fold_workspace(dev, stream, num_groups) if delayed else dummy
         else:
