@@ -55,13 +55,15 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
                         arch=arch, rowwise=True, columnwise=columnwise, rht=rht, plan=chunked
                     )
                 )
-    out += _variants(
-        S.Fp8TileCastSpec,
-        arch,
-        in_dtype=("bf16", "f16"),
-        fp8_dtype=S.FP8_DTYPES,
-        delayed=(False, True),
-    )
+    for delayed in (False, True):
+        out += _variants(
+            S.Fp8TileCastSpec,
+            arch,
+            in_dtype=("bf16", "f16"),
+            fp8_dtype=S.FP8_DTYPES,
+            delayed=(delayed,),
+            tile_cols=(S.Fp8TileCastSpec.default_tile_cols(delayed),),
+        )
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         out += _variants(
             S.Fp8QuantizeSpec,

@@ -63,7 +63,13 @@ def uses_tile_cast(
 
 @functools.cache
 def _tile_spec(arch, in_dtype, fp8_dtype, delayed) -> Fp8TileCastSpec:
-    return Fp8TileCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype, delayed=delayed)
+    return Fp8TileCastSpec(
+        arch=arch,
+        in_dtype=in_dtype,
+        fp8_dtype=fp8_dtype,
+        delayed=delayed,
+        tile_cols=Fp8TileCastSpec.default_tile_cols(delayed),
+    )
 
 
 def _tile_grid(spec, layout, m_rows: int, n_cols: int, num_groups: int) -> int:
