@@ -75,7 +75,7 @@ def dram_bytes_per_sm_clock(device: torch.device) -> float | None:
 
 
 # Between the H100 SXM (12.8) and the H200 (18.4): the kernels' per-GPU choices
-# (nvfp4.device_chunk, fp8.uses_tile_cast) were measured on those two.
+# (nvfp4.device_chunk) were measured on those two.
 MEMORY_RICH_BYTES_PER_SM_CLOCK = 16.0
 
 

@@ -208,19 +208,21 @@ def test_nvfp4_device_chunk(monkeypatch):
 
 
 def test_fp8_tile_cast_choice(monkeypatch):
-    """The one-CTA-per-tile FP8 cast: both outputs of 16-bit inputs, either scaling; fp32
-    inputs, one output, and every call with TILE_CAST off, on the TMA-ring kernel."""
+    """The one-CTA-per-tile FP8 cast: both outputs of 16-bit inputs, either scaling (256-column
+    tiles with delayed scaling, 128 with current); fp32 inputs, one output, and every call with
+    TILE_CAST off, on the TMA-ring kernel."""
     from cutequant import fp8
 
-    dev = object()
-    for delayed in (False, True):
-        assert fp8.uses_tile_cast(dev, "bf16", delayed, True, True)
-        assert fp8.uses_tile_cast(dev, "f16", delayed, True, True)
-        assert not fp8.uses_tile_cast(dev, "f32", delayed, True, True)
-        assert not fp8.uses_tile_cast(dev, "bf16", delayed, False, True)
-        assert not fp8.uses_tile_cast(dev, "bf16", delayed, True, False)
+    assert fp8.uses_tile_cast("bf16", True, True)
+    assert fp8.uses_tile_cast("f16", True, True)
+    assert not fp8.uses_tile_cast("f32", True, True)
+    assert not fp8.uses_tile_cast("bf16", False, True)
+    assert not fp8.uses_tile_cast("bf16", True, False)
     monkeypatch.setattr(fp8, "TILE_CAST", False)
-    assert not fp8.uses_tile_cast(dev, "bf16", False, True, True)
-    assert not fp8.uses_tile_cast(dev, "bf16", True, True, True)
-    spec = fp8._tile_spec("sm_90a", "bf16", "e4m3", True)
-    assert spec in cli.all_specs("sm_90a")  # precompiled with the rest
+    assert not fp8.uses_tile_cast("bf16", True, True)
+    for delayed, cols in ((False, 128), (True, 256)):
+        spec = fp8._tile_spec("sm_90a", "bf16", "e4m3", delayed)
+        assert spec.tile_cols == cols
+        assert spec in cli.all_specs("sm_90a")  # precompiled with the rest
+    with pytest.raises(ValueError, match="tile_cols"):
+        S.Fp8TileCastSpec(tile_cols=96)

@@ -173,6 +173,28 @@ def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
     check_fp8(x, splits, device_splits=dev, scaling="delayed", scale=scale)
 
 
+@pytest.mark.parametrize("tile_cols", [64, 128, 256])
+def test_tile_cast_widths(tile_cols, monkeypatch, rng):
+    """Every tile width the tile cast's spec allows (the runtime picks 256 columns with delayed
+    scaling, 128 with current): partial column tiles (N = 400), shifted rows, empty groups, host
+    and device splits, both scalings."""
+    import dataclasses
+
+    from cutequant import fp8
+
+    orig = fp8._tile_spec
+    monkeypatch.setattr(
+        fp8, "_tile_spec", lambda *a: dataclasses.replace(orig(*a), tile_cols=tile_cols)
+    )
+    splits = [0, 1008, 48, 0, 464, 16, 2000]
+    x = grouped_input(splits, 400, rng)
+    scale = torch.rand(len(splits), generator=rng).cuda() + 0.5
+    check_fp8(x, splits)
+    check_fp8(x, splits, scaling="delayed", scale=scale)
+    dev = torch.tensor(splits, device="cuda")
+    check_fp8(x, splits, device_splits=dev, scaling="delayed", scale=scale)
+
+
 def test_delayed_amax_back_to_back_calls(rng):
     """The delayed tile cast folds each group's amax in per-stream workspace words that every
     launch leaves zero (kernels/group_fold.py): calls queued back to back with no sync, with 3,
