@@ -112,20 +112,6 @@ def store_shared_b32(addr: Int32, word: Uint32):
     )[0] = word
 
 
-@dsl_user_op
-def load_global_v4_hinted(addr: Int64, policy: Int64, *, loc=None, ip=None) -> list:
-    """``load_global_v4`` with an L2 cache-hint policy (``l2_evict_first_policy`` ...)."""
-    res = llvm.inline_asm(
-        llvm.StructType.get_literal([T.i32()] * 4),
-        _ir((addr, policy), (Int64, Int64), loc, ip),
-        "ld.global.L2::cache_hint.v4.u32 {$0, $1, $2, $3}, [$4], $5;",
-        "=r,=r,=r,=r,l,l",
-        has_side_effects=False,
-        is_align_stack=False,
-    )
-    return [Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
-
-
 @cute.jit
 def store_shared_b8(addr: Int32, byte: Uint32):
     """The low byte of ``byte`` to shared address ``addr`` (one STS.U8)."""

@@ -18,7 +18,11 @@ per call, perf/NOTES.md attempt 15) and without a ticket.
 
 The workspace belongs to one stream (``groups.fold_workspace``): kernels on a stream run one
 after another, and a kernel launched early (programmatic dependent launch) touches it only
-after ``schedule.wait_prior_grids``, when the previous launch's last CTAs have reset it.
+after ``schedule.wait_prior_grids``, when the previous launch's last CTAs have reset it. Like
+``kernels/launch_zeroing.py``'s counters it assumes that its stream's kernels do not run
+concurrently (e.g. two CUDA graphs captured on one stream and replayed at once on two others).
+If a launch never completes (a crashed context) the words are not reset; the next context
+allocates new ones.
 """
 
 import cutlass.cute as cute
