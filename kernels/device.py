@@ -57,6 +57,21 @@ def _f32_op(ptx: str, args, loc, ip) -> Float32:
     return Float32(_asm(T.f32(), ptx, cons, _ir(args, (Float32,) * len(args), loc, ip)))
 
 
+def volatile_asm(res_type, ptx: str, constraints: str, args):
+    """Inline PTX with side effects (atomics, fences, ordered loads and stores): LLVM neither
+    removes nor reorders it. ``args`` are IR values."""
+    return llvm.inline_asm(
+        res_type, args, ptx, constraints, has_side_effects=True, is_align_stack=False
+    )
+
+
+@dsl_user_op
+def fence_acq_rel_gpu(*, loc=None, ip=None):
+    """``fence.acq_rel.gpu``: this thread's earlier memory operations are ordered before its
+    later ones for every thread of the GPU (MEMBAR.GPU)."""
+    volatile_asm(None, "fence.acq_rel.gpu;", "", [])
+
+
 def _side_effect(ptx: str, addr_type, addr, words, loc, ip):
     """A store (or other volatile op) of ``words`` (u32) at ``addr``."""
     cons = ("l" if addr_type is Int64 else "r") + "".join(",r" for _ in words)

@@ -27,21 +27,14 @@ allocates new ones.
 
 import cutlass.cute as cute
 from cutlass import Float32, Int32, Int64, Uint32
-from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import device as dev
 
 
-def _volatile(res_type, ptx: str, constraints: str, args):
-    return llvm.inline_asm(
-        res_type, args, ptx, constraints, has_side_effects=True, is_align_stack=False
-    )
-
-
 @dsl_user_op
 def _red_max(addr: Int64, value: Uint32, *, loc=None, ip=None):
-    _volatile(
+    dev.volatile_asm(
         None,
         "red.relaxed.gpu.global.max.u32 [$0], $1;",
         "l,r",
@@ -50,14 +43,9 @@ def _red_max(addr: Int64, value: Uint32, *, loc=None, ip=None):
 
 
 @dsl_user_op
-def _fence_acq_rel(*, loc=None, ip=None):
-    _volatile(None, "fence.acq_rel.gpu;", "", [])
-
-
-@dsl_user_op
 def _count_in(addr: Int64, *, loc=None, ip=None) -> Int32:
     return Int32(
-        _volatile(
+        dev.volatile_asm(
             T.i32(),
             "atom.relaxed.gpu.global.add.u32 $0, [$1], 1;",
             "=r,l",
@@ -69,7 +57,7 @@ def _count_in(addr: Int64, *, loc=None, ip=None) -> Int32:
 @dsl_user_op
 def _load_relaxed(addr: Int64, *, loc=None, ip=None) -> Uint32:
     return Uint32(
-        _volatile(
+        dev.volatile_asm(
             T.i32(),
             "ld.relaxed.gpu.global.u32 $0, [$1];",
             "=r,l",
@@ -80,7 +68,7 @@ def _load_relaxed(addr: Int64, *, loc=None, ip=None) -> Uint32:
 
 @dsl_user_op
 def _store_relaxed(addr: Int64, value: Uint32, *, loc=None, ip=None):
-    _volatile(
+    dev.volatile_asm(
         None,
         "st.relaxed.gpu.global.u32 [$0], $1;",
         "l,r",
@@ -94,7 +82,7 @@ def arrive(words: Int64, value: Float32) -> Int32:
     (global address of its two workspace words) and count the CTA in. Returns the count before
     this arrival, for ``finish_if_last``; the caller may issue other stores in between."""
     _red_max(words, dev.f32_bits(value) & Uint32(0x7FFFFFFF))
-    _fence_acq_rel()  # the maximum is visible before the count that announces it
+    dev.fence_acq_rel_gpu()  # the maximum is visible before the count that announces it
     return _count_in(words + Int64(4))
 
 
@@ -103,7 +91,7 @@ def finish_if_last(words: Int64, before: Int32, ctas: Int32, out: Int64):
     """The same thread after ``arrive``: if this CTA was the group's last of ``ctas``, write the
     maximum as fp32 to ``out`` and reset the two words for the next launch."""
     if before == ctas - 1:
-        _fence_acq_rel()  # every other CTA's maximum happened before its count
+        dev.fence_acq_rel_gpu()  # every other CTA's maximum happened before its count
         dev.st_global_b32(out, _load_relaxed(words))
         _store_relaxed(words, Uint32(0))
         _store_relaxed(words + Int64(4), Uint32(0))

@@ -29,22 +29,16 @@ Bad device splits (no tiles at all): nothing is zeroed, the runtime's NaN poison
 import cutlass
 import cutlass.cute as cute
 from cutlass import Int32, Int64
-from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from cutequant.kernels import device as dev
 from cutequant.kernels import schedule as sched
-
-
-def _volatile(res_type, ptx: str, constraints: str, args):
-    return llvm.inline_asm(
-        res_type, args, ptx, constraints, has_side_effects=True, is_align_stack=False
-    )
 
 
 @dsl_user_op
 def _take_ticket(counter: Int64, *, loc=None, ip=None) -> Int64:
     return Int64(
-        _volatile(
+        dev.volatile_asm(
             T.i64(),
             "atom.relaxed.gpu.global.add.u64 $0, [$1], 1;",
             "=l,l",
@@ -56,7 +50,7 @@ def _take_ticket(counter: Int64, *, loc=None, ip=None) -> Int64:
 @dsl_user_op
 def _publish(addr: Int64, value: Int64, *, loc=None, ip=None):
     # max, not a plain store: the word only ever grows
-    _volatile(
+    dev.volatile_asm(
         None,
         "red.release.gpu.global.max.u64 [$0], $1;",
         "l,l",
@@ -67,7 +61,7 @@ def _publish(addr: Int64, value: Int64, *, loc=None, ip=None):
 @dsl_user_op
 def _load_acquire_gpu(addr: Int64, *, loc=None, ip=None) -> Int64:
     return Int64(
-        _volatile(
+        dev.volatile_asm(
             T.i64(),
             "ld.acquire.gpu.global.u64 $0, [$1];",
             "=l,l",
@@ -78,31 +72,26 @@ def _load_acquire_gpu(addr: Int64, *, loc=None, ip=None) -> Int64:
 
 @dsl_user_op
 def _store_zero(addr: Int64, *, loc=None, ip=None):
-    _volatile(None, "st.global.b32 [$0], 0;", "l", [Int64(addr).ir_value(loc=loc, ip=ip)])
-
-
-@dsl_user_op
-def _fence_gpu(*, loc=None, ip=None):
-    _volatile(None, "fence.acq_rel.gpu;", "", [])
+    dev.volatile_asm(None, "st.global.b32 [$0], 0;", "l", [Int64(addr).ir_value(loc=loc, ip=ip)])
 
 
 @dsl_user_op
 def _nanosleep(*, loc=None, ip=None):
-    _volatile(None, "nanosleep.u32 64;", "", [])
+    dev.volatile_asm(None, "nanosleep.u32 64;", "", [])
 
 
 @dsl_user_op
 def init_done_barrier(addr: Int32, *, loc=None, ip=None):
     """One thread, before the pipeline's mbarrier-init fence and CTA-wide barrier: the CTA's
     "outputs are zero" mbarrier (8 bytes of shared memory at ``addr``, one arrival)."""
-    _volatile(
+    dev.volatile_asm(
         None, "mbarrier.init.shared::cta.b64 [$0], 1;", "r", [Int32(addr).ir_value(loc=loc, ip=ip)]
     )
 
 
 @dsl_user_op
 def _arrive(addr: Int32, *, loc=None, ip=None):
-    _volatile(
+    dev.volatile_asm(
         None,
         "mbarrier.arrive.release.cta.shared::cta.b64 _, [$0];",
         "r",
@@ -117,7 +106,7 @@ def _try_wait(addr: Int32, *, loc=None, ip=None) -> Int32:
         "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [$1], 0;\n\t"
         "selp.b32 $0, 1, 0, p;\n\t}"
     )
-    return Int32(_volatile(T.i32(), ptx, "=r,r", [Int32(addr).ir_value(loc=loc, ip=ip)]))
+    return Int32(dev.volatile_asm(T.i32(), ptx, "=r,r", [Int32(addr).ir_value(loc=loc, ip=ip)]))
 
 
 @cute.jit
@@ -137,7 +126,7 @@ def zero_once_per_launch(counter: Int64, num_ctas: Int32, out: Int64, words: Int
     if first == 1:
         for i in range(lane, words, 32):
             _store_zero(out + Int64(i) * Int64(4))
-        _fence_gpu()
+        dev.fence_acq_rel_gpu()
         cute.arch.sync_warp()
         if lane == 0:
             _publish(counter + Int64(8), launch + Int64(1))
