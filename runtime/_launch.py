@@ -179,15 +179,18 @@ def grid_size(spec, device: torch.device) -> int:
     return sm_count(device) * spec.plan.ctas_per_sm
 
 
-def run_grouped(spec, x: DevPtr, m_rows: int, n_cols: int, layout, *args, num_ctas: int, stream):
+def run_grouped(
+    spec, x: DevPtr, m_rows: int, n_cols: int, layout, *args, num_ctas: int, stream, tables=None
+):
     """Launch a grouped kernel. Every one takes (x, M, N, tables, G, row tiles, ...kernel's own
-    arguments..., grid size); ``layout`` is the call's ``groups.GroupLayout``."""
+    arguments..., grid size); ``layout`` is the call's ``groups.GroupLayout``, ``tables`` a
+    replacement for its tables (``layout.tile_tables``)."""
     run(
         spec,
         x,
         m_rows,
         n_cols,
-        ptr(layout.tables, 4),
+        ptr(layout.tables if tables is None else tables, 4),
         layout.num_groups,
         layout.row_tiles,
         *args,

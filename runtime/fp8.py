@@ -155,14 +155,14 @@ def fp8_group_quantize(
     # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
     amax = new_amax(1 if delayed else 2, num_groups, m_rows, dev)
-    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax)
+    in_dtype = _IN_DTYPES[x.dtype]
+    tile = uses_tile_cast(in_dtype, rowwise, columnwise)
+    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax, tile_records=tile)
     empty = _launch.output_allocator
     row_data = empty((m_rows, n_cols), fp8_dtype, dev) if rowwise else None
     col_data = empty((m_rows * n_cols,), fp8_dtype, dev) if columnwise else None
     scales = empty((2, num_groups), torch.float32, dev)
-    in_dtype = _IN_DTYPES[x.dtype]
     stream = torch.cuda.current_stream(dev)
-    tile = uses_tile_cast(in_dtype, rowwise, columnwise)
     if tile:
         spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed)
     else:
@@ -212,6 +212,7 @@ def fp8_group_quantize(
             layout.early_level(after_amax_pass=not delayed and m_rows > 0),
             num_ctas=num_ctas,
             stream=stream,
+            tables=layout.tile_tables,  # None: the plain tables (device splits, TMA ring)
         )
     return Fp8GroupedTensor(
         n_cols=n_cols,

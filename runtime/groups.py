@@ -56,7 +56,8 @@ def host_tile_records(tables: torch.Tensor) -> torch.Tensor:
     """int32 [row tiles, 4] from ``host_tables``: per 64-row tile (group, group's first row,
     group's rows, tile within the group). Stored right after the tables on the device, so that a
     one-CTA-per-tile kernel finds its tile with one 16-byte load instead of a binary search
-    (log2 G dependent loads; kernels/templates/fp8_tile_cast.py.j2)."""
+    (log2 G dependent loads; kernels/templates/fp8_tile_cast.py.j2). Built only for calls that
+    run that kernel (~40 us of CPU per new split list on a 2-core host)."""
     t = tables.to(torch.int64)
     rows = t[0].diff()
     tiles = t[1].diff()
@@ -79,6 +80,9 @@ class GroupLayout:
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
+    # host splits, asked for (prepare_groups(tile_records=True)): the tables followed by one
+    # record per 64-row tile (host_tile_records), for the FP8 tile cast's one-load lookup
+    tile_tables: torch.Tensor | None = None
 
     def early_level(self, after_amax_pass: bool = False) -> int:
         """How much of a kernel's TMA producer may run before it waits for the kernels before it
@@ -248,39 +252,60 @@ def fold_workspace(
 
 
 def prepare_groups(
-    splits, m_rows: int, device: torch.device, poison: torch.Tensor | None = None
+    splits,
+    m_rows: int,
+    device: torch.device,
+    poison: torch.Tensor | None = None,
+    tile_records: bool = False,
 ) -> GroupLayout:
     """Validate ``splits`` against ``m_rows`` and return the device lookup tables.
 
     ``poison`` (fp32, device): outputs set to NaN if device-side validation fails.
+    ``tile_records``: with host splits, also ``layout.tile_tables`` (the tables followed by
+    ``host_tile_records``), built once per split list and cached with the tables.
     """
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
         return _device_groups(splits, m_rows, device, poison)
+    entry = None
     if isinstance(splits, (list, tuple)):  # fast path: a repeated host split list is cached
         try:
-            hit = _HOST_CACHE.get((tuple(splits), m_rows, device.index))
+            entry = _HOST_CACHE.get((tuple(splits), m_rows, device.index))
         except TypeError:
-            hit = None
-        if hit is not None:
-            return GroupLayout(len(hit[1]), m_rows, hit[0], hit[1], host_totals=hit[2])
-    values = _validate_host_splits(splits, m_rows)
-    key = (values, m_rows, device.index)
-    with _LOCK:
-        cached = _HOST_CACHE.get(key)
-        if cached is not None:
-            _HOST_CACHE.move_to_end(key)
-    if cached is None:
-        host = host_tables(values)
-        totals = tuple(int(v) for v in host[:, -1].tolist())
-        # one buffer: the tables, then the tile records (kernels find them at 16 * (G + 1) bytes)
-        buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
-        tables = buf.to(device, non_blocking=False)[: host.numel()].view(host.shape)
-        cached = (tables, values, totals)
+            entry = None
+    if entry is None:
+        values = _validate_host_splits(splits, m_rows)
+        key = (values, m_rows, device.index)
         with _LOCK:
-            _HOST_CACHE[key] = cached
-            while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
-                _HOST_CACHE.popitem(last=False)
-    return GroupLayout(len(values), m_rows, cached[0], values, host_totals=cached[2])
+            entry = _HOST_CACHE.get(key)
+            if entry is not None:
+                _HOST_CACHE.move_to_end(key)
+        if entry is None:
+            host = host_tables(values)
+            totals = tuple(int(v) for v in host[:, -1].tolist())
+            # [device tables, splits, totals, device tables + tile records (on first use)]
+            entry = [None, values, totals, None]
+            if tile_records:
+                entry[3] = _with_tile_records(host, device)
+                entry[0] = entry[3][: host.numel()].view(host.shape)
+            else:
+                entry[0] = host.to(device, non_blocking=False)
+            with _LOCK:
+                _HOST_CACHE[key] = entry
+                while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
+                    _HOST_CACHE.popitem(last=False)
+    if tile_records and entry[3] is None:  # cached by a call that did not need them
+        entry[3] = _with_tile_records(host_tables(entry[1]), device)
+    values, totals = entry[1], entry[2]
+    layout = GroupLayout(len(values), m_rows, entry[0], values, host_totals=totals)
+    layout.tile_tables = entry[3] if tile_records else None
+    return layout
+
+
+def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """int32 device buffer: ``host`` tables ([4, G + 1]), then ``host_tile_records`` (kernels
+    find them 16 * (G + 1) bytes in). Copied synchronously, like the tables alone."""
+    buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
+    return buf.to(device, non_blocking=False)
 
 
 def _device_groups(
