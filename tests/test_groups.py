@@ -25,6 +25,35 @@ def test_host_tables_match_the_definition():
     assert t.dtype == torch.int32 and t.shape == (4, len(splits) + 1)
 
 
+def test_tile_records_match_the_tables():
+    """One record per 64-row tile (group, group's first row, group's rows, tile within the
+    group), in tile order, skipping empty groups; on the device right after the tables."""
+    splits = (0, 16, 130 // 16 * 16, 64, 0, 272)
+    t = groups.host_tables(splits)
+    want = []
+    row0 = 0
+    for g, s in enumerate(splits):
+        want += [[g, row0, s, k] for k in range(-(-s // 64))]
+        row0 += s
+    assert groups.host_tile_records(t).tolist() == want
+    assert groups.host_tile_records(groups.host_tables((0, 0))).shape == (0, 4)
+
+    cpu = torch.device("cpu")
+    plain = groups.prepare_groups(list(splits), sum(splits), cpu)
+    assert plain.tile_tables is None
+    layout = groups.prepare_groups(list(splits), sum(splits), cpu, tile_records=True)
+    buf = layout.tile_tables  # built on first use, for the entry cached without them
+    assert torch.equal(buf[: t.numel()].view(t.shape), t)
+    assert buf[t.numel() :].view(-1, 4).tolist() == want
+    again = groups.prepare_groups(tuple(splits), sum(splits), cpu, tile_records=True)
+    assert again.tile_tables is buf and torch.equal(again.tables, layout.tables)
+    # a split list first seen by a call that needs the records: one buffer for both
+    other = (48, 0, 80)
+    first = groups.prepare_groups(list(other), 128, cpu, tile_records=True)
+    assert torch.equal(first.tables, groups.host_tables(other))
+    assert first.tables.data_ptr() == first.tile_tables.data_ptr()
+
+
 @pytest.mark.parametrize(
     "splits,m,match",
     [
