@@ -16,11 +16,12 @@ group's number of tiles is the last one: it acquires, copies the maximum to the 
 both words back to zero, so the next launch finds them zero without a memset node (1.2-1.3 us
 per call, perf/NOTES.md attempt 15) and without a ticket.
 
-The workspace belongs to one stream (``groups.fold_workspace``): kernels on a stream run one
-after another, and a kernel launched early (programmatic dependent launch) touches it only
-after ``schedule.wait_prior_grids``, when the previous launch's last CTAs have reset it. Like
-``kernels/launch_zeroing.py``'s counters it assumes that its stream's kernels do not run
-concurrently (e.g. two CUDA graphs captured on one stream and replayed at once on two others).
+The words live in one stream's workspace (``groups.workspace(...).fold``): kernels on a
+stream run one after another, and a kernel launched early (programmatic dependent launch)
+touches them only after ``schedule.wait_prior_grids``, when the previous launch's last CTAs
+have reset them. Like ``kernels/launch_zeroing.py``'s counters they assume that the stream's
+kernels do not run concurrently (e.g. two CUDA graphs captured on one stream and replayed at
+once on two others).
 If a launch never completes (a crashed context) the words are not reset; the next context
 allocates new ones.
 """

@@ -190,7 +190,7 @@ def fp8_group_quantize(
         if tile:
             num_ctas = _tile_grid(spec, layout, m_rows, n_cols, num_groups)
             # the group-fold words (delayed: kernels/group_fold.py); current scaling uses none
-            sync = groups.fold_workspace(dev, stream, num_groups) if delayed else dummy
+            sync = groups.workspace(dev, num_groups, stream).fold if delayed else dummy
         else:
             num_ctas = _launch.grid_size(spec, dev)
             sync = groups.launch_counter(dev, stream, num_ctas)  # kernels/launch_zeroing.py

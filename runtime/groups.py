@@ -200,10 +200,13 @@ def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
 @dataclass
 class Workspace:
     """Per (device, stream) scratch, reused by every call on that stream (its kernels run in
-    order, so one set suffices): int32 room for device-built lookup tables. What a result needs
-    after its call (split sizes, validity) goes to the call's own ``GroupLayout.snapshot``."""
+    order, so one set suffices): int32 room for device-built lookup tables, and the group-fold
+    words of ``kernels/group_fold.py`` (two per group, created zero; every launch leaves them
+    zero, so a grown workspace simply drops the old ones). What a result needs after its call
+    (split sizes, validity) goes to the call's own ``GroupLayout.snapshot``."""
 
     tables: torch.Tensor
+    fold: torch.Tensor
 
 
 def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) -> Workspace:
@@ -214,7 +217,8 @@ def workspace(device: torch.device, num_groups: int, stream: torch.cuda.Stream) 
         if ws is None or ws.tables.numel() < 4 * (num_groups + 1):
             groups_cap = max(num_groups, 1024, 0 if ws is None else 2 * (ws.tables.numel() // 4))
             tables = torch.empty(4 * (groups_cap + 1), dtype=torch.int32, device=device)
-            ws = Workspace(tables=tables)
+            fold = torch.zeros(2 * groups_cap, dtype=torch.int32, device=device)
+            ws = Workspace(tables=tables, fold=fold)
             _WORKSPACES[key] = ws
     return ws
 
@@ -229,26 +233,6 @@ def launch_counter(device: torch.device, stream: torch.cuda.Stream, num_ctas: in
         if counter is None:
             counter = _COUNTERS[key] = torch.zeros(2, dtype=torch.int64, device=device)
     return counter
-
-
-_FOLD_WORKSPACES: dict = {}
-
-
-def fold_workspace(
-    device: torch.device, stream: torch.cuda.Stream, num_groups: int
-) -> torch.Tensor:
-    """int32 [2 * capacity >= 2 * num_groups] words of ``kernels/group_fold.py`` for kernels on
-    ``stream``: created zero, and every launch leaves them zero (the last CTA of each group
-    resets its two words). Grows by doubling; a replaced buffer is zero and simply dropped."""
-    key = (device.index, stream.cuda_stream)
-    with _LOCK:
-        ws = _FOLD_WORKSPACES.get(key)
-        if ws is None or ws.numel() < 2 * num_groups:
-            cap = 64
-            while cap < num_groups:
-                cap *= 2
-            ws = _FOLD_WORKSPACES[key] = torch.zeros(2 * cap, dtype=torch.int32, device=device)
-    return ws
 
 
 def prepare_groups(
