@@ -2,34 +2,11 @@
 
 from __future__ import annotations
 
-import ctypes
 import functools
-import threading
 
 import torch
 
 from cutequant import jit
-
-_DTYPES = {}
-
-
-def _cutlass_dtype(dtype: torch.dtype):
-    if not _DTYPES:
-        import cutlass
-
-        _DTYPES.update(
-            {
-                torch.bfloat16: cutlass.BFloat16,
-                torch.float16: cutlass.Float16,
-                torch.float32: cutlass.Float32,
-                torch.int32: cutlass.Int32,
-                torch.int64: cutlass.Int64,
-                torch.uint8: cutlass.Uint8,
-                torch.float8_e4m3fn: cutlass.Float8E4M3FN,
-                torch.float8_e5m2: cutlass.Float8E5M2,
-            }
-        )
-    return _DTYPES[dtype]
 
 
 @functools.cache
@@ -86,92 +63,37 @@ def memory_rich(device: torch.device) -> bool | None:
     return None if per_clock is None else per_clock >= MEMORY_RICH_BYTES_PER_SM_CLOCK
 
 
-class DevPtr:
-    """A device address with the element type and alignment a kernel was compiled for."""
-
-    __slots__ = ("addr", "dtype", "align")
-
-    def __init__(self, addr: int, dtype: torch.dtype, align: int):
-        if addr % align:
-            raise ValueError(f"device pointer {addr:#x} is not {align}-byte aligned")
-        self.addr, self.dtype, self.align = addr, dtype, align
-
-    def to_cute(self):
-        import cutlass.cute as cute
-        from cutlass.cute.runtime import make_ptr
-
-        return make_ptr(
-            _cutlass_dtype(self.dtype), self.addr, cute.AddressSpace.gmem, assumed_align=self.align
-        )
+def ptr(t: torch.Tensor, align: int = 16) -> int:
+    """``t``'s device address for a kernel pointer argument compiled with ``assumed_align =
+    align`` (the kernel trusts that alignment, so it is checked here)."""
+    addr = t.data_ptr()
+    if addr % align:
+        raise ValueError(f"device pointer {addr:#x} is not {align}-byte aligned")
+    return addr
 
 
-def ptr(t: torch.Tensor, align: int = 16) -> DevPtr:
-    """Typed global-memory pointer to ``t``'s data (must match the kernel's compile_args)."""
-    return DevPtr(t.data_ptr(), t.dtype, align)
+def raw_stream(device: torch.device) -> int:
+    """The current CUDA stream of ``device`` as a raw handle (~0.2 us; building a
+    torch.cuda.Stream object through ``torch.cuda.current_stream`` costs ~3 us)."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return torch._C._cuda_getCurrentRawStream(index)
 
 
-class _Launcher:
-    """Calls a compiled kernel's C entry point with reused ctypes argument slots.
-
-    The DSL's generic call path (argument adapters, type checks, ctypes objects per argument)
-    costs ~100 us of CPU per launch; MoE training launches these kernels per layer and step.
-    The first call goes through that path and checks that every argument marshals to exactly
-    one C pointer; later calls only store the new values into the slots (~10 us).
-    """
-
-    def __init__(self, fn):
-        self.fn = fn
-        self.slots = None
-        self.exe_args = None
-        self.lock = threading.Lock()
-
-    def _slow(self, args, stream):
-        import cuda.bindings.driver as cuda
-        from cutlass import Float32, Int32
-
-        conv = []
-        kinds = []
-        for a in args:
-            if isinstance(a, DevPtr):
-                conv.append(a.to_cute())
-                kinds.append(ctypes.c_void_p)
-            elif isinstance(a, bool) or not isinstance(a, (int, float)):
-                raise TypeError(f"unsupported kernel argument {a!r}")
-            elif isinstance(a, int):
-                conv.append(Int32(a))
-                kinds.append(ctypes.c_int32)
-            else:
-                conv.append(Float32(a))
-                kinds.append(ctypes.c_float)
-        cu_stream = cuda.CUstream(stream.cuda_stream)
-        self.fn(*conv, cu_stream)
-        exe_args, _ = self.fn.execution_args.generate_execution_args((*conv, cu_stream), {})
-        if len(exe_args) == len(args) + 1:
-            self.slots = [k() for k in kinds] + [ctypes.c_void_p()]
-            self.exe_args = [ctypes.addressof(c) for c in self.slots]
-        else:  # unexpected marshalling: keep using the generic path
-            self.slots = False
-
-    def __call__(self, args, stream):
-        with self.lock:
-            if not self.slots:  # first call, or a signature the fast path does not cover
-                return self._slow(args, stream)
-            slots = self.slots
-            for slot, a in zip(slots[:-1], args, strict=True):
-                slot.value = a.addr if isinstance(a, DevPtr) else a
-            slots[-1].value = stream.cuda_stream
-            self.fn.run_compiled_program(self.exe_args)
+# spec -> compiled TVM-FFI function (a copy of jit's memory cache without its lock and stats)
+_KERNELS: dict = {}
 
 
-_LAUNCHERS: dict = {}
-
-
-def run(spec, *args, stream: torch.cuda.Stream):
-    """Launch ``spec``'s kernel on ``stream``. Arguments: DevPtr, int (Int32), float (Float32)."""
-    launcher = _LAUNCHERS.get(spec)
-    if launcher is None:
-        launcher = _LAUNCHERS[spec] = _Launcher(jit.get_kernel(spec))
-    launcher(args, stream)
+def run(spec, *args, stream):
+    """Launch ``spec``'s kernel on ``stream`` (a raw handle from ``raw_stream`` or a
+    torch.cuda.Stream). Arguments in the order of the kernel's ``launch``: device addresses
+    (``ptr``) and ints for pointers and Int32, floats for Float32. The TVM-FFI call converts
+    and type-checks them in C (~2 us for 15 arguments)."""
+    fn = _KERNELS.get(spec)
+    if fn is None:
+        fn = _KERNELS[spec] = jit.get_kernel(spec)
+    if not isinstance(stream, int):
+        stream = stream.cuda_stream
+    fn(*args, stream)
 
 
 def grid_size(spec, device: torch.device) -> int:
@@ -180,7 +102,7 @@ def grid_size(spec, device: torch.device) -> int:
 
 
 def run_grouped(
-    spec, x: DevPtr, m_rows: int, n_cols: int, layout, *args, num_ctas: int, stream, tables=None
+    spec, x: int, m_rows: int, n_cols: int, layout, *args, num_ctas: int, stream, tables=None
 ):
     """Launch a grouped kernel. Every one takes (x, M, N, tables, G, row tiles, ...kernel's own
     arguments..., grid size); ``layout`` is the call's ``groups.GroupLayout``, ``tables`` a

@@ -152,11 +152,22 @@ def compile_spec(spec: KernelSpec, extra_options: str = ""):
     module = load_module(spec)
     with _LOCK:
         stats.compiles += 1
-        return cute.compile(
+        compiled = cute.compile(
             module.launch,
             *module.compile_args(),
-            options=f"--gpu-arch {spec.arch} {extra_options}".strip(),
+            options=f"--gpu-arch {spec.arch} --enable-tvm-ffi {extra_options}".strip(),
         )
+    check_tvm_ffi(compiled)
+    return compiled
+
+
+def check_tvm_ffi(fn) -> None:
+    """Every kernel is called through the TVM-FFI convention (plain Python ints and floats in,
+    ~2 us per call): a compiled object of another kind (an options form the DSL ignored, a
+    non-TVM-FFI disk entry) would take the DSL's generic path at ~100 us per call."""
+    kind = type(fn).__name__
+    if "TVMFFI" not in kind and not kind.startswith("Function"):
+        raise RuntimeError(f"cutequant: expected a TVM-FFI kernel, got {type(fn)!r}")
 
 
 @contextlib.contextmanager
@@ -182,7 +193,9 @@ def _try_load(obj_path: Path, name: str):
     if not obj_path.exists():
         return None
     try:
-        return getattr(cute.runtime.load_module(str(obj_path)), name)
+        fn = cute.runtime.load_module(str(obj_path), enable_tvm_ffi=True)[name]
+        check_tvm_ffi(fn)
+        return fn
     except Exception as exc:  # corrupt or truncated entry: drop it, recompile
         warnings.warn(f"cutequant: dropping unreadable cache entry {obj_path}: {exc}", stacklevel=3)
         with contextlib.suppress(OSError):
@@ -194,7 +207,7 @@ def _export(compiled, spec: KernelSpec, obj_path: Path, meta_path: Path) -> bool
     name = entry_name(spec)
     tmp = Path(tempfile.mkdtemp(dir=obj_path.parent, prefix=".export-"))
     try:
-        compiled.export_to_c(file_path=str(tmp), file_name=name, function_prefix=name)
+        compiled.export_to_c(str(tmp / f"{name}.o"), function_name=name)
         os.replace(tmp / f"{name}.o", obj_path)
         meta = {"spec": spec.key(), "dsl": dsl_version(), "sources": source_fingerprint()}
         _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
@@ -246,4 +259,4 @@ def clear_memory_cache() -> None:
 
     with _LOCK:
         _MEMORY.clear()
-        _launch._LAUNCHERS.clear()
+        _launch._KERNELS.clear()
