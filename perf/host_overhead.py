@@ -1,8 +1,19 @@
-"""Where the host time of one call goes (cProfile of repeated calls, no synchronization)."""
+"""Where the host time of one call goes.
+
+    python perf/host_overhead.py profile [op ...]   cProfile of 200 back-to-back calls per op
+    python perf/host_overhead.py primitives         CPU cost of the torch / TVM-FFI pieces a
+                                                    call is made of (median of 2000, in us)
+
+No synchronization inside the timed loops: what is measured is the CPU time to issue work.
+"""
+
+from __future__ import annotations
 
 import cProfile
 import pstats
+import statistics
 import sys
+import time
 
 import torch
 
@@ -16,11 +27,11 @@ OPS = {
 }
 
 
-def main(argv) -> int:
+def profile(names) -> None:
     gen = torch.Generator().manual_seed(0)
     splits = [1024] * 8
     x = grouped_input(splits, 2048, gen)
-    for name in argv or list(OPS):
+    for name in names or list(OPS):
         op = OPS[name]
         for _ in range(3):
             op(x, splits)
@@ -33,6 +44,62 @@ def main(argv) -> int:
         torch.cuda.synchronize()
         print(f"=== {name}: 200 calls")
         pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+
+
+def _cost_us(fn, n: int = 2000) -> float:
+    for _ in range(50):
+        fn()
+    times = []
+    for _ in range(n):
+        t = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t)
+    torch.cuda.synchronize()
+    return statistics.median(times) / 1e3
+
+
+def primitives() -> None:
+    from cutequant import _launch, groups
+    from cutequant.codegen.specs import GroupTablesSpec
+
+    dev = torch.device("cuda")
+    buf = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
+    splits = torch.tensor([1024] * 8, dtype=torch.int32, device=dev)
+    spec = GroupTablesSpec(arch=_launch.device_arch(dev), splits_int64=False)
+    ws = groups.workspace(dev, 8, torch.cuda.current_stream())
+    snap = torch.empty(10, dtype=torch.int32, device=dev)
+    kernel = lambda: _launch.run(  # noqa: E731
+        spec,
+        splits.data_ptr(),
+        8,
+        8192,
+        ws.tables.data_ptr(),
+        snap.data_ptr(),
+        snap.data_ptr(),
+        0,
+        stream=_launch.raw_stream(dev),
+    )
+    cases = {
+        "torch.empty cuda": lambda: torch.empty(4096, dtype=torch.uint8, device=dev),
+        "torch.empty cuda (2-D)": lambda: torch.empty((64, 64), dtype=torch.uint8, device=dev),
+        "split_with_sizes x4": lambda: buf.split_with_sizes([1024, 1024, 1024, 1045504]),
+        "tensor.view(shape)": lambda: buf.view(1024, 1024),
+        "tensor slice": lambda: buf[16:4096],
+        "data_ptr()": lambda: buf.data_ptr(),
+        "torch.cuda.current_stream()": lambda: torch.cuda.current_stream(dev),
+        "_launch.raw_stream": lambda: _launch.raw_stream(dev),
+        "torch.compiler.is_compiling()": torch.compiler.is_compiling,
+        "tvm-ffi launch (group tables, 8 args)": kernel,
+    }
+    for name, fn in cases.items():
+        print(f"{name:42s} {_cost_us(fn):7.2f} us")
+
+
+def main(argv) -> int:
+    if argv and argv[0] == "primitives":
+        primitives()
+    else:
+        profile(argv[1:] if argv and argv[0] == "profile" else argv)
     return 0
 
 
