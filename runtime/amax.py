@@ -27,19 +27,37 @@ def group_amax(
     host synchronization); each a multiple of 16, summing to ``x.shape[0]``. Bad device splits
     are caught on the device: the outputs are set to NaN (``CUTEQUANT_SYNC_CHECKS=1`` raises).
     """
-    m_rows, n_cols = _checks.check_x(x, dtypes=tuple(IN_DTYPES))
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        return ops.group_amax_traced(x, splits, rht, sign_mask)
+    m_rows, num_groups, arch = check_group_amax(x, splits, rht, sign_mask)
+    return tuple(run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch).unbind(0))
+
+
+_IN_DTYPE_LIST = tuple(IN_DTYPES)
+
+
+def check_group_amax(x, splits, rht, sign_mask) -> tuple[int, int, str]:
+    """Every argument check of ``group_amax`` (host only); returns (M, G, arch)."""
+    m_rows, _ = _checks.check_x(x, dtypes=_IN_DTYPE_LIST)
     _checks.check_flag(rht, "rht")
     _checks.check_sign_mask(sign_mask)
     if rht and x.dtype != torch.bfloat16:
         raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
+    num_groups = _num_groups(splits)
     groups.check_splits(splits, m_rows)
-    arch = _checks.check_device(x)
-    amax = new_amax(2, _num_groups(splits), m_rows, x.device)
+    return m_rows, num_groups, _checks.check_device(x)
+
+
+def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch) -> torch.Tensor:
+    """fp32 [2, G] (row, col) amax of validated arguments."""
+    amax = new_amax(2, num_groups, m_rows, x.device)
     layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
     )
-    return amax[0], amax[1]
+    return amax
 
 
 def _num_groups(splits) -> int:
@@ -105,7 +123,7 @@ def launch_group_amax(
     arch: str,
     in_dtype: str = "bf16",
     col_scale: float = 1.0,
-    stream: torch.cuda.Stream | None = None,
+    stream: int | None = None,
     cast_walk_band: int | None = None,
 ) -> None:
     """Write ``amax[2, G]`` (contiguous fp32; zeroed by the kernel, so it may hold anything
@@ -120,7 +138,8 @@ def launch_group_amax(
     if cast_walk_band is not None and cast_walk_band <= 1:
         raise ValueError("cast_walk_band: the L2 hand-off needs a band > 1 (token-fastest walk)")
     spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
-    stream = stream or torch.cuda.current_stream(x.device)
+    if stream is None:
+        stream = _launch.raw_stream(x.device)
     num_ctas = _launch.grid_size(spec, x.device)
     resident = 0
     if cast_walk_band is not None:

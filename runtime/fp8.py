@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 
 import torch
 
@@ -13,9 +12,9 @@ from cutequant.amax import _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import Fp8QuantizeSpec, Fp8TileCastSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+_IN_DTYPE_LIST = tuple(_IN_DTYPES)
 
 
-@dataclass
 class Fp8GroupedTensor(groups.GroupedViews):
     """All groups' FP8 tensors as views into one contiguous buffer per kind.
 
@@ -24,17 +23,28 @@ class Fp8GroupedTensor(groups.GroupedViews):
     * ``scale``, ``scale_inv``, ``amax``: fp32 [G];
     * ``offsets``: int64 [2, G + 1] device tensor of element offsets of every group's block in
       (row_data, col_data).
+    The buffers are views of one allocation, built on first access (``groups.PackedOutputs``).
     """
 
-    n_cols: int
-    fp8_dtype: torch.dtype
-    row_data: torch.Tensor | None
-    col_data: torch.Tensor | None
-    scale: torch.Tensor
-    scale_inv: torch.Tensor
-    amax: torch.Tensor
-    offsets: torch.Tensor
-    _layout: groups.GroupLayout
+    def __init__(self, *, n_cols, fp8_dtype, outputs, amax, layout):
+        self.n_cols = n_cols
+        self.fp8_dtype = fp8_dtype
+        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
+        self._amax = amax
+        self._offsets = None
+        self._layout = layout
+
+    row_data = property(lambda self: self._outputs.get("row_data"))
+    col_data = property(lambda self: self._outputs.get("col_data"))
+    scale = property(lambda self: self._outputs.get("scales")[0])
+    scale_inv = property(lambda self: self._outputs.get("scales")[1])
+    amax = property(lambda self: self._amax[0])
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        if self._offsets is None:
+            self._offsets = groups.element_offsets(self._layout, self.n_cols)
+        return self._offsets
 
     def group(self, g: int) -> dict:
         _, m_g, row0 = self._group_rows(g)
@@ -113,7 +123,31 @@ def fp8_group_quantize(
     input (for the amax history). Both write ``scale_inv = 1 / scale``. Outputs: rowwise fp8
     [M_g, N] and/or columnwise (transposed) [N, M_g] per group, RNE with saturation.
     """
-    m_rows, n_cols = _checks.check_x(x, dtypes=tuple(_IN_DTYPES))
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        return ops.fp8_group_quantize_traced(
+            x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon,
+            force_pow2_scales,
+        )  # fmt: skip
+    m_rows, n_cols, num_groups, scale, arch = check_fp8_quantize(
+        x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
+    )
+    outputs, amax, layout = run_fp8_quantize(
+        x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
+        columnwise, amax_epsilon, force_pow2_scales, groups.PackedOutputs,
+    )  # fmt: skip
+    return Fp8GroupedTensor(
+        n_cols=n_cols, fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
+    )
+
+
+def check_fp8_quantize(
+    x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
+):
+    """Every argument check of ``fp8_group_quantize`` (host only, before any launch).
+    Returns (M, N, G, scale (contiguous, delayed scaling) or None, arch)."""
+    m_rows, n_cols = _checks.check_x(x, dtypes=_IN_DTYPE_LIST)
     if fp8_dtype not in _FP8_DTYPES:
         raise TypeError(
             f"fp8_dtype: must be torch.float8_e4m3fn or torch.float8_e5m2, got {fp8_dtype}"
@@ -135,8 +169,7 @@ def fp8_group_quantize(
     num_groups = _num_groups(splits)
     groups.check_splits(splits, m_rows)
     dev = x.device
-    delayed = scaling == "delayed"
-    if delayed:
+    if scaling == "delayed":
         if scale is None:
             raise ValueError("scale: required with scaling='delayed' (fp32 [G] on x's device)")
         if not isinstance(scale, torch.Tensor):
@@ -150,19 +183,38 @@ def fp8_group_quantize(
         scale = scale.contiguous()
     elif scale is not None:
         raise ValueError("scale: only used with scaling='delayed'")
-    arch = _checks.check_device(x)
+    return m_rows, n_cols, num_groups, scale, _checks.check_device(x)
 
+
+def output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise: bool, columnwise: bool) -> dict:
+    """name -> (shape, dtype) of every output buffer (None: not computed); also used by the
+    torch.library fake implementation."""
+    return {
+        "row_data": ((m_rows, n_cols), fp8_dtype) if rowwise else None,
+        "col_data": ((m_rows * n_cols,), fp8_dtype) if columnwise else None,
+        "scales": ((2, num_groups), torch.float32),  # scale, scale_inv
+    }
+
+
+def run_fp8_quantize(
+    x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise, columnwise,
+    amax_epsilon, force_pow2_scales, output_kind,
+):  # fmt: skip
+    """Launch the amax pass (current scaling) and the cast on validated arguments.
+    ``output_kind``: ``groups.PackedOutputs`` or ``groups.SeparateOutputs``. Returns
+    (outputs, amax [1 or 2, G], layout)."""
+    dev = x.device
+    delayed = scaling == "delayed"
     # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
     amax = new_amax(1 if delayed else 2, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)
     layout = groups.prepare_groups(splits, m_rows, dev, poison=amax, tile_records=tile)
-    empty = _launch.output_allocator
-    row_data = empty((m_rows, n_cols), fp8_dtype, dev) if rowwise else None
-    col_data = empty((m_rows * n_cols,), fp8_dtype, dev) if columnwise else None
-    scales = empty((2, num_groups), torch.float32, dev)
-    stream = torch.cuda.current_stream(dev)
+    outputs = output_kind.allocate(
+        output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise), dev
+    )
+    stream = _launch.raw_stream(dev)
     if tile:
         spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed)
     else:
@@ -185,27 +237,29 @@ def fp8_group_quantize(
             stream=stream,
             cast_walk_band=band if handoff else None,
         )
-    dummy = groups.dummy_buffer(dev)
+    scales_addr = outputs.addr("scales", 0)
+    dummy_t = groups.dummy_buffer(dev)
+    dummy = dummy_t.data_ptr()
     if m_rows > 0 or num_groups > 0:
         if tile:
             num_ctas = _tile_grid(spec, layout, m_rows, n_cols, num_groups)
             # the group-fold words (delayed: kernels/group_fold.py); current scaling uses none
-            sync = groups.workspace(dev, num_groups, stream).fold if delayed else dummy
+            sync = groups.workspace(dev, num_groups, stream).fold if delayed else dummy_t
         else:
             num_ctas = _launch.grid_size(spec, dev)
             sync = groups.launch_counter(dev, stream, num_ctas)  # kernels/launch_zeroing.py
         _launch.run_grouped(
             spec,
-            _launch.ptr(x) if m_rows > 0 else _launch.ptr(dummy),
+            _launch.ptr(x) if m_rows > 0 else dummy,
             max(m_rows, 1),
             n_cols,
             layout,
             _launch.ptr(amax, 4),
             _launch.ptr(scale if delayed else amax, 4),
-            _launch.ptr(scales[0], 4),
-            _launch.ptr(scales[1], 4),
-            _launch.ptr(row_data.view(torch.uint8) if rowwise else dummy, 16),
-            _launch.ptr(col_data.view(torch.uint8) if columnwise else dummy, 16),
+            scales_addr,
+            scales_addr + 4 * num_groups,
+            outputs.addr("row_data", dummy),
+            outputs.addr("col_data", dummy),
             _launch.ptr(sync, 8),
             float(amax_epsilon),
             int(force_pow2_scales),
@@ -214,17 +268,7 @@ def fp8_group_quantize(
             stream=stream,
             tables=layout.tile_tables,  # None: the plain tables (device splits, TMA ring)
         )
-    return Fp8GroupedTensor(
-        n_cols=n_cols,
-        fp8_dtype=fp8_dtype,
-        row_data=row_data,
-        col_data=col_data,
-        scale=scales[0],
-        scale_inv=scales[1],
-        amax=amax[0],
-        offsets=groups.element_offsets(layout, n_cols),
-        _layout=layout,
-    )
+    return outputs, amax, layout
 
 
 def fp8_group_dequantize(
@@ -232,26 +276,52 @@ def fp8_group_dequantize(
 ) -> torch.Tensor:
     """High-precision tensor back from ``result``: ``f32(fp8) * scale_inv[group]``.
 
-    Rowwise: [M, N]. ``columnwise=True``: from the transposed copies, returned as [M, N] too.
-    Runs on the GPU with no host synchronization (device splits stay on the device)."""
+    Rowwise: [M, N], with no host synchronization (device splits stay on the device).
+    ``columnwise=True``: from the transposed copies, returned as [M, N] too (needs the split
+    sizes on the host: one synchronization with device splits).
+    Inside ``torch.compile`` this runs as the ``cutequant::fp8_group_dequantize`` op."""
     if not isinstance(result, Fp8GroupedTensor):
         raise TypeError(f"result: expected an Fp8GroupedTensor, got {type(result).__name__}")
+    _checks.check_flag(columnwise, "columnwise")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"out_dtype: must be bfloat16, float16 or float32, got {out_dtype}")
+    data = result.col_data if columnwise else result.row_data
+    if data is None:
+        kind = "columnwise" if columnwise else "rowwise"
+        raise ValueError(f"result: has no {kind} data (quantized with {kind}=False)")
     layout = result._layout
-    rows = torch.diff(layout.tables[0].to(torch.int64))
-    m = layout.m_rows
-    per_row = torch.repeat_interleave(result.scale_inv, rows, output_size=m)
-    if not columnwise:
-        if result.row_data is None:
-            raise ValueError("result: has no rowwise data (quantized with rowwise=False)")
-        return (result.row_data.float() * per_row[:, None]).to(out_dtype)
-    if result.col_data is None:
-        raise ValueError("result: has no columnwise data (quantized with columnwise=False)")
+    device_starts, host_splits = None, None
+    if layout.snapshot is not None:
+        device_starts = layout.snapshot[: layout.num_groups + 1]
+    else:
+        host_splits = list(layout.host_splits)
     n = result.n_cols
-    out = torch.empty(m, n, dtype=out_dtype, device=result.col_data.device)
+    args = (data, result.scale_inv, device_starts, host_splits, n, columnwise, out_dtype)
+    if torch.compiler.is_compiling():
+        return torch.ops.cutequant.fp8_group_dequantize(*args)
+    return dequantize_impl(*args)
+
+
+def dequantize_impl(data, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype):
+    """[M, N] ``out_dtype`` from one side's fp8 data and fp32 [G] scale_inv; the groups from
+    ``device_starts`` (int32 [G + 1] row starts on the device) or ``host_splits``."""
+    n = n_cols
+    m = data.numel() // n
+    dev = data.device
+    if not columnwise:
+        if device_starts is not None:
+            rows = device_starts.to(torch.int64).diff()
+        else:
+            rows = torch.tensor(host_splits, dtype=torch.int64, device=dev)
+        per_row = torch.repeat_interleave(scale_inv, rows, output_size=m)
+        return (data.float() * per_row[:, None]).to(out_dtype)
+    if host_splits is None:  # per-group blocks of data-dependent shapes: needs the host sizes
+        host_splits = device_starts.diff().tolist()
+    out = torch.empty(m, n, dtype=out_dtype, device=dev)
     row0 = 0
-    for g, m_g in enumerate(result.splits):
+    for g, m_g in enumerate(host_splits):
         if m_g:
-            d = result.group(g)["col_data"]
-            out[row0 : row0 + m_g] = (d.float().t() * result.scale_inv[g]).to(out_dtype)
+            d = data[n * row0 : n * (row0 + m_g)].view(n, m_g)
+            out[row0 : row0 + m_g] = (d.float().t() * scale_inv[g]).to(out_dtype)
         row0 += m_g
     return out

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from dataclasses import dataclass
 
 import torch
 
@@ -17,7 +16,6 @@ def _round_up(a: int, b: int) -> int:
     return -(-a // b) * b
 
 
-@dataclass
 class Nvfp4GroupedTensor(groups.GroupedViews):
     """All groups' NVFP4 tensors as views into one contiguous buffer per kind (TE layouts).
 
@@ -32,24 +30,49 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     * ``rng_state``: with stochastic rounding, the int64 [2] (seed, offset) device tensor the
       kernel used (``cutequant.reference`` reproduces the random bits from it), else None.
 
-    Padding bytes of the scale blocks are zero in both layouts. Per-group views (``group(g)``)
-    need the split sizes on the host: with device splits the first access synchronizes once.
+    With split sizes on the device the scale buffers have upper-bound sizes (M + 127 G rows,
+    M / 16 + 3 G columns): the buffers never depend on device values. Padding bytes of the scale
+    blocks are zero in both layouts. Per-group views (``group(g)``) need the split sizes on the
+    host: with device splits the first access synchronizes once. The data buffers are views of
+    one allocation, built on first access (``groups.PackedOutputs``).
     """
 
-    n_cols: int
-    row_data: torch.Tensor | None
-    row_scales: torch.Tensor | None
-    col_data: torch.Tensor | None
-    col_scales: torch.Tensor | None
-    amax_row: torch.Tensor
-    amax_col: torch.Tensor
-    offsets: torch.Tensor
-    swizzled_scales: bool
-    rht: bool
-    sign_mask: int
-    fast_math: bool
-    rng_state: torch.Tensor | None
-    _layout: groups.GroupLayout
+    def __init__(
+        self,
+        *,
+        n_cols: int,
+        outputs,
+        amax: torch.Tensor,
+        swizzled_scales: bool,
+        rht: bool,
+        sign_mask: int,
+        fast_math: bool,
+        rng_state: torch.Tensor | None,
+        layout: groups.GroupLayout,
+    ):
+        self.n_cols = n_cols
+        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
+        self._amax = amax
+        self._offsets = None
+        self.swizzled_scales = swizzled_scales
+        self.rht = rht
+        self.sign_mask = sign_mask
+        self.fast_math = fast_math
+        self.rng_state = rng_state
+        self._layout = layout
+
+    row_data = property(lambda self: self._outputs.get("row_data"))
+    row_scales = property(lambda self: self._outputs.get("row_scales"))
+    col_data = property(lambda self: self._outputs.get("col_data"))
+    col_scales = property(lambda self: self._outputs.get("col_scales"))
+    amax_row = property(lambda self: self._amax[0])
+    amax_col = property(lambda self: self._amax[1])
+
+    @property
+    def offsets(self) -> torch.Tensor:
+        if self._offsets is None:
+            self._offsets = groups.byte_offsets(self._layout, self.n_cols)
+        return self._offsets
 
     def group(self, g: int) -> dict:
         """TE-shaped views of group ``g``: row_data, row_scales, col_data, col_scales, amax."""
@@ -161,6 +184,30 @@ def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
     return amax.contiguous()
 
 
+def output_parts(
+    m_rows, n_cols: int, num_groups, rowwise: bool, columnwise: bool, host_splits=None
+) -> dict:
+    """name -> (shape, dtype) of every output buffer (None: not computed). Exact scale sizes
+    for host splits, upper bounds (M + 127 G rows, M / 16 + 3 G columns) for device splits.
+    Shared by the kernels' launch and the torch.library fake implementation (so it also takes
+    symbolic sizes)."""
+    cp = _round_up(n_cols // 16, 4)
+    np_ = _round_up(n_cols, 128)
+    if host_splits is not None:
+        rs_rows = sum((s + 127) // 128 * 128 for s in host_splits)
+        cs_cols = sum((s // 16 + 3) // 4 * 4 for s in host_splits)
+    else:
+        rs_rows = m_rows + 127 * num_groups
+        cs_cols = m_rows // 16 + 3 * num_groups
+    u8 = torch.uint8
+    return {
+        "row_data": ((m_rows, n_cols // 2), u8) if rowwise else None,
+        "row_scales": ((rs_rows, cp), u8) if rowwise else None,
+        "col_data": ((m_rows * n_cols // 2,), u8) if columnwise else None,
+        "col_scales": ((np_ * cs_cols,), u8) if columnwise else None,
+    }
+
+
 def nvfp4_group_quantize(
     x: torch.Tensor,
     splits,
@@ -190,7 +237,44 @@ def nvfp4_group_quantize(
     ``amax_estimation_scale``: post-RHT amax estimation (TE PR #2521, te_semantics.md §3.4): the
     amax pass skips the RHT and sets ``amax_col = amax_row * scale`` (TE's defaults: 2.0 for
     activations, 1.0 for gradients); not with a given ``amax``.
+
+    Inside ``torch.compile`` this runs as the ``cutequant::nvfp4_group_quantize`` op.
     """
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        return ops.nvfp4_group_quantize_traced(
+            x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
+            stochastic_rounding, rng_state, amax_estimation_scale,
+        )  # fmt: skip
+    m_rows, n_cols, num_groups, amax, rng_state, arch = check_quantize(
+        x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
+        stochastic_rounding, rng_state, amax_estimation_scale,
+    )  # fmt: skip
+    outputs, amax, layout, rng_state = run_quantize(
+        x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
+        swizzled_scales, fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
+        groups.PackedOutputs,
+    )  # fmt: skip
+    return Nvfp4GroupedTensor(
+        n_cols=n_cols,
+        outputs=outputs,
+        amax=amax,
+        swizzled_scales=swizzled_scales,
+        rht=rht and columnwise,
+        sign_mask=sign_mask,
+        fast_math=fast_math,
+        rng_state=rng_state,
+        layout=layout,
+    )
+
+
+def check_quantize(
+    x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
+    stochastic_rounding, rng_state, amax_estimation_scale,
+):  # fmt: skip
+    """Every argument check of ``nvfp4_group_quantize`` (host only, before any launch).
+    Returns (M, N, G, amax as a contiguous [2, G] tensor or None, rng_state, arch)."""
     m_rows, n_cols = _checks.check_x(x)
     for name, flag in (
         ("rowwise", rowwise),
@@ -200,7 +284,8 @@ def nvfp4_group_quantize(
         ("fast_math", fast_math),
         ("stochastic_rounding", stochastic_rounding),
     ):
-        _checks.check_flag(flag, name)
+        if flag is not True and flag is not False:
+            raise TypeError(f"{name}: expected a bool, got {type(flag).__name__}")
     if not (rowwise or columnwise):
         raise ValueError("rowwise and columnwise are both False: nothing to compute")
     _checks.check_sign_mask(sign_mask)
@@ -208,59 +293,67 @@ def nvfp4_group_quantize(
     groups.check_splits(splits, m_rows)
     if amax is not None:
         amax = _check_amax(amax, num_groups, x.device)
-    rng_state = _check_rng_state(rng_state, stochastic_rounding, x.device)
+    if rng_state is not None:
+        rng_state = _check_rng_state(rng_state, stochastic_rounding, x.device)
     if amax_estimation_scale is not None:
         _check_estimation_scale(amax_estimation_scale, amax, columnwise)
     arch = _checks.check_device(x)
+    return m_rows, n_cols, num_groups, amax, rng_state, arch
+
+
+_SPECS: dict = {}
+
+
+def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic):
+    """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
+    key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic)
+    hit = _SPECS.get(key)
+    if hit is None:
+        chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
+        spec = _spec(arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk)
+        hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
+    return hit
+
+
+def run_quantize(
+    x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
+    swizzled_scales, fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
+    output_kind,
+):  # fmt: skip
+    """Launch the amax pass (when ``amax`` is None) and the quantize kernel on validated
+    arguments. ``output_kind``: ``groups.PackedOutputs`` (eager calls) or
+    ``groups.SeparateOutputs`` (the torch.library op). Returns (outputs, amax [2, G], layout,
+    rng_state)."""
     dev = x.device
     if stochastic_rounding and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
-    if amax is not None:
-        poison = None
-    else:
+    computed = amax is None
+    if computed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-        poison = amax
-    layout = groups.prepare_groups(splits, m_rows, dev, poison=poison)
-
-    cp = _round_up(n_cols // 16, 4)
-    np_ = _round_up(n_cols, 128)
-    if layout.host_totals is not None:  # exact sizes, cached with the host tables
-        rs_rows, cs_cols = layout.host_totals[2], layout.host_totals[3]
-    else:  # upper bounds: the buffers must not depend on device values
-        rs_rows = m_rows + 127 * num_groups
-        cs_cols = m_rows // 16 + 3 * num_groups
-    u8 = torch.uint8
-    empty = _launch.output_allocator
-    row_data = empty((m_rows, n_cols // 2), u8, dev) if rowwise else None
-    row_scales = empty((rs_rows, cp), u8, dev) if rowwise else None
-    col_data = empty((m_rows * n_cols // 2,), u8, dev) if columnwise else None
-    col_scales = empty((np_ * cs_cols,), u8, dev) if columnwise else None
-
-    stream = torch.cuda.current_stream(dev)
-    if poison is not None:
+    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax if computed else None)
+    host = layout.host_splits if layout.snapshot is None else None
+    parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, host)
+    outputs = output_kind.allocate(parts, dev)
+    stream = _launch.raw_stream(dev)
+    col_rht = rht and columnwise
+    if computed:
         estimate = amax_estimation_scale is not None
         launch_group_amax(
             x,
             layout,
             amax,
-            rht=rht and columnwise and not estimate,
+            rht=col_rht and not estimate,
             sign_mask=sign_mask,
             arch=arch,
-            col_scale=amax_estimation_scale if estimate else 1.0,
+            col_scale=float(amax_estimation_scale) if estimate else 1.0,
             stream=stream,
         )
     if m_rows > 0:
-        spec = _spec(
-            arch,
-            rowwise,
-            columnwise,
-            rht and columnwise,
-            swizzled_scales,
-            fast_math,
+        spec, num_ctas = _spec_and_grid(
+            dev, arch, rowwise, columnwise, col_rht, swizzled_scales, fast_math,
             stochastic_rounding,
-            device_chunk(dev, rowwise, swizzled_scales, fast_math, stochastic_rounding),
-        )
-        dummy = groups.dummy_buffer(dev)  # pointer for disabled outputs (never written)
+        )  # fmt: skip
+        dummy = groups.dummy_buffer(dev).data_ptr()  # for disabled outputs (never written)
         _launch.run_grouped(
             spec,
             _launch.ptr(x),
@@ -268,34 +361,17 @@ def nvfp4_group_quantize(
             n_cols,
             layout,
             _launch.ptr(amax, 4),
-            _launch.ptr(row_data if rowwise else dummy, 16),
-            _launch.ptr(row_scales if rowwise else dummy, 16),
-            _launch.ptr(col_data if columnwise else dummy, 16),
-            _launch.ptr(col_scales if columnwise else dummy, 16),
-            _launch.ptr(
-                rng_state.view(torch.int32) if stochastic_rounding else dummy.view(torch.int32), 8
-            ),  # the dummy is never read
+            outputs.addr("row_data", dummy),
+            outputs.addr("row_scales", dummy),
+            outputs.addr("col_data", dummy),
+            outputs.addr("col_scales", dummy),
+            _launch.ptr(rng_state, 8) if stochastic_rounding else dummy,  # else never read
             sign_mask,
-            layout.early_level(after_amax_pass=poison is not None),  # poison: amax pass ran
-            num_ctas=_launch.grid_size(spec, dev),
+            layout.early_level(after_amax_pass=computed),
+            num_ctas=num_ctas,
             stream=stream,
         )
-    return Nvfp4GroupedTensor(
-        n_cols=n_cols,
-        row_data=row_data,
-        row_scales=row_scales,
-        col_data=col_data,
-        col_scales=col_scales,
-        amax_row=amax[0],
-        amax_col=amax[1],
-        offsets=groups.byte_offsets(layout, n_cols),
-        swizzled_scales=swizzled_scales,
-        rht=rht and columnwise,
-        sign_mask=sign_mask,
-        fast_math=fast_math,
-        rng_state=rng_state,
-        _layout=layout,
-    )
+    return outputs, amax, layout, rng_state
 
 
 def nvfp4_group_dequantize(
@@ -307,44 +383,106 @@ def nvfp4_group_dequantize(
 ) -> torch.Tensor:
     """High-precision [M, N] tensor back from ``result`` (on the GPU, in torch).
 
-    Rowwise: ``e2m1 * e4m3 scale * S_dec`` per 16-element block (compact or swizzled scales).
+    Rowwise: ``e2m1 * e4m3 scale * S_dec`` per 16-element block (compact or swizzled scales),
+    all groups at once, with no host synchronization (device splits stay on the device).
     ``columnwise=True``: from the columnwise data; with an RHT ``undo_rht`` applies the inverse
-    transform (the 16x16 RHT is orthogonal), giving x back instead of RHT(x^T). Needs the split
-    sizes on the host (one synchronization with device splits).
+    transform (the 16x16 RHT is orthogonal), giving x back instead of RHT(x^T). The columnwise
+    path needs the split sizes on the host (one synchronization with device splits).
+    Inside ``torch.compile`` this runs as the ``cutequant::nvfp4_group_dequantize`` op.
     """
-    from cutequant import reference
-
     if not isinstance(result, Nvfp4GroupedTensor):
         raise TypeError(f"result: expected an Nvfp4GroupedTensor, got {type(result).__name__}")
     _checks.check_flag(columnwise, "columnwise")
     _checks.check_flag(undo_rht, "undo_rht")
+    if out_dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise TypeError(f"out_dtype: must be bfloat16, float16 or float32, got {out_dtype}")
     side = "col" if columnwise else "row"
-    if getattr(result, f"{side}_data") is None:
+    data = getattr(result, f"{side}_data")
+    if data is None:
         kind = "columnwise" if columnwise else "rowwise"
         raise ValueError(f"result: has no {kind} data (it was quantized without it)")
-    n = result.n_cols
-    splits = result.splits
-    dev = getattr(result, f"{side}_data").device
-    out = torch.empty(sum(splits), n, dtype=out_dtype, device=dev)
-    row0 = 0
-    for g, m_g in enumerate(splits):
-        if m_g:
-            parts = result.group(g)
-            scales = parts[f"{side}_scales"]
-            y = reference.nvfp4_dequantize(
-                parts[f"{side}_data"],
-                scales.reshape(-1) if result.swizzled_scales else scales,
-                parts[f"amax_{side}"],
-                shape=(n, m_g) if columnwise else (m_g, n),
-                swizzled=result.swizzled_scales,
+    layout = result._layout
+    device_starts, host_splits = None, None
+    if layout.snapshot is not None:
+        device_starts = layout.snapshot[: layout.num_groups + 1]
+    else:
+        host_splits = list(layout.host_splits)
+    args = (
+        data,
+        getattr(result, f"{side}_scales"),
+        result._amax[1 if columnwise else 0],
+        device_starts,
+        host_splits,
+        result.n_cols,
+        columnwise,
+        result.swizzled_scales,
+        result.rht,
+        result.sign_mask,
+        undo_rht,
+        out_dtype,
+    )
+    if torch.compiler.is_compiling():
+        return torch.ops.cutequant.nvfp4_group_dequantize(*args)
+    return dequantize_impl(*args)
+
+
+def dequantize_impl(
+    data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht, sign_mask,
+    undo_rht, out_dtype,
+):  # fmt: skip
+    """[M, N] ``out_dtype`` from one side's data, scales and fp32 [G] amax; the groups from
+    ``device_starts`` (int32 [G + 1] row starts on the device) or ``host_splits``."""
+    from cutequant import reference
+
+    n = n_cols
+    m = data.shape[0] if not columnwise else 2 * data.numel() // n
+    dev = data.device
+    if not columnwise:
+        if device_starts is not None:
+            starts = device_starts.to(torch.int64)
+        else:
+            starts = torch.tensor([0, *host_splits], dtype=torch.int64).cumsum(0).to(dev)
+        rows = starts.diff()
+        g = torch.repeat_interleave(torch.arange(rows.numel(), device=dev), rows, output_size=m)
+        local = torch.arange(m, device=dev) - starts[g]
+        first_scale_row = ((rows + 127) // 128 * 128).cumsum(0) - (rows + 127) // 128 * 128
+        nb = n // 16
+        cp = _round_up(nb, 4)
+        c = torch.arange(nb, device=dev)
+        base = (first_scale_row[g] * cp)[:, None]
+        if swizzled:  # cuBLASLt 128x4 order inside each group's [roundup(M_g, 128), cp] block
+            r = local[:, None]
+            idx = (
+                base
+                + (((r // 128) * (cp // 4) + c // 4) * 32 + r % 32) * 16
+                + (r % 128) // 32 * 4
+                + c % 4
             )
-            if columnwise:
-                # y is RHT(x_g^T) (or x_g^T): back to [M_g, N]
-                y = (
-                    reference.inverse_rht_along_tokens(y, result.sign_mask)
-                    if (result.rht and undo_rht)
-                    else y.t()
-                )
+        else:
+            idx = base + local[:, None] * cp + c
+        sf = reference.e4m3_to_float(scales.reshape(-1)[idx]).repeat_interleave(16, dim=1)
+        s_dec = reference.global_decode_scale(reference.global_encode_scale(amax))[g]
+        values = reference.e2m1_decode(reference.unpack_fp4(data))
+        return ((values * sf) * s_dec[:, None]).to(out_dtype)
+    if host_splits is None:  # per-group blocks of data-dependent shapes: needs the host sizes
+        host_splits = device_starts.diff().tolist()
+    out = torch.empty(m, n, dtype=out_dtype, device=dev)
+    np_ = _round_up(n, 128)
+    row0 = cs0 = 0
+    for g, m_g in enumerate(host_splits):
+        cg = _round_up(m_g // 16, 4)
+        if m_g:
+            y = reference.nvfp4_dequantize(
+                data[n * row0 // 2 : n * (row0 + m_g) // 2].view(n, m_g // 2),
+                scales[np_ * cs0 : np_ * (cs0 + cg)] if swizzled
+                else scales[np_ * cs0 : np_ * (cs0 + cg)].view(np_, cg),
+                amax[g],
+                shape=(n, m_g),
+                swizzled=swizzled,
+            )  # fmt: skip
+            # y is RHT(x_g^T) (or x_g^T): back to [M_g, N]
+            y = reference.inverse_rht_along_tokens(y, sign_mask) if (rht and undo_rht) else y.t()
             out[row0 : row0 + m_g] = y.to(out_dtype)
         row0 += m_g
+        cs0 += cg
     return out

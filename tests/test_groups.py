@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -65,7 +66,7 @@ def test_tile_records_match_the_tables():
         ([True], 16, "not an int"),
         (torch.tensor([[16]]), 16, "1-D"),
         (torch.tensor([16.0]), 16, "integer tensor"),
-        ("16", 16, "multiple of 16"),
+        ("16", 16, "is not an int"),
     ],
 )
 def test_bad_host_splits(splits, m, match):
@@ -73,7 +74,24 @@ def test_bad_host_splits(splits, m, match):
         groups.check_splits(splits, m)
 
 
+@pytest.mark.parametrize(
+    "bad", [[1024.0, 0, 32.0], [1024, False, 32], [1024, 0, 32.0]], ids=str
+)
+def test_non_int_splits_rejected_after_an_equal_int_list_was_cached(bad):
+    """1024.0 and False hash like 1024 and 0: the types are checked before the cache lookup,
+    in check_splits and in prepare_groups (which keeps its own cache)."""
+    good = [1024, 0, 32]
+    cpu = torch.device("cpu")
+    assert groups.check_splits(good, 1056) == (1024, 0, 32)
+    groups.prepare_groups(good, 1056, cpu)
+    with pytest.raises(TypeError, match=r"splits\[\d\] = .* is not an int"):
+        groups.check_splits(bad, 1056)
+    with pytest.raises(TypeError, match="is not an int"):
+        groups.prepare_groups(bad, 1056, cpu)
+
+
 def test_host_splits_are_cached_and_accept_tensors_and_tuples():
+    assert groups.check_splits([np.int64(16), 0, np.int32(32)], 48) == (16, 0, 32)
     assert groups.check_splits([16, 0, 32], 48) == (16, 0, 32)
     assert groups.check_splits((16, 0, 32), 48) == (16, 0, 32)
     assert groups.check_splits(torch.tensor([16, 0, 32]), 48) == (16, 0, 32)

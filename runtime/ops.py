@@ -1,0 +1,319 @@
+"""The public ops as ``torch.library`` custom ops (namespace ``cutequant``).
+
+Every op has a fake (meta) implementation that gives its outputs' shapes and dtypes from the
+input shapes and flags alone -- it never compiles or launches anything -- so ``torch.compile``
+(``fullgraph=True`` included) and CUDA graphs (``mode="reduce-overhead"``) see through them.
+
+Eager calls do not go through these ops: the custom-op boundary costs tens of microseconds of
+CPU per call (perf/NOTES.md, host overhead), so the public functions call the kernels directly
+and switch to ``torch.ops.cutequant.*`` only while ``torch.compiler.is_compiling()``. Both
+routes run the same checks and launches (``check_*`` / ``run_*`` in each op's module).
+
+Split sizes reach an op as either ``device_splits`` (an int32 / int64 CUDA tensor: no host
+synchronization, no recompile when the values change; the scale buffers then have upper-bound
+sizes) or ``host_splits`` (a list of ints: exact sizes; torch.compile guards on the values).
+Outputs an op does not compute are returned as empty tensors; device-split calls also return
+the call's row-start snapshot (int32 [G + 2], last = validity), from which results find their
+groups later.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.library import custom_op
+
+from cutequant import amax as _amax
+from cutequant import fp8 as _fp8
+from cutequant import groups
+from cutequant import nvfp4 as _nvfp4
+
+Tensor = torch.Tensor
+
+
+def _splits(device_splits, host_splits):
+    return device_splits if device_splits is not None else list(host_splits)
+
+
+def _split_args(splits):
+    """(device_splits, host_splits) of a public call's ``splits``."""
+    if isinstance(splits, torch.Tensor) and splits.is_cuda:
+        return splits, None
+    if isinstance(splits, torch.Tensor):
+        return None, [int(v) for v in splits.tolist()]
+    return None, list(splits)
+
+
+def _num_groups(device_splits, host_splits):
+    return device_splits.shape[0] if device_splits is not None else len(host_splits)
+
+
+def _snapshot(layout, device) -> Tensor:
+    """The call's row-start snapshot (device splits) or an empty int32 tensor (host splits)."""
+    if layout.snapshot is not None:
+        return layout.snapshot
+    return torch.empty(0, dtype=torch.int32, device=device)
+
+
+def _empty_u8(device) -> Tensor:
+    return torch.empty(0, dtype=torch.uint8, device=device)
+
+
+def _traced_layout(x, device_splits, host_splits, snapshot) -> groups.GroupLayout:
+    """The GroupLayout a result built from op outputs carries: host splits, or the snapshot."""
+    return groups.GroupLayout(
+        _num_groups(device_splits, host_splits),
+        x.shape[0],
+        None,
+        None if host_splits is None else tuple(host_splits),
+        snapshot if device_splits is not None else None,
+    )
+
+
+# --------------------------------------------------------------------------- group_amax
+
+
+@custom_op("cutequant::group_amax", mutates_args=(), device_types="cuda")
+def group_amax_op(
+    x: Tensor,
+    device_splits: Tensor | None,
+    host_splits: list[int] | None,
+    rht: bool,
+    sign_mask: int,
+) -> Tensor:
+    """fp32 [2, G]: (row amax, column amax) per group."""
+    splits = _splits(device_splits, host_splits)
+    m_rows, num_groups, arch = _amax.check_group_amax(x, splits, rht, sign_mask)
+    return _amax.run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
+
+
+@group_amax_op.register_fake
+def _(x, device_splits, host_splits, rht, sign_mask):
+    return x.new_empty((2, _num_groups(device_splits, host_splits)), dtype=torch.float32)
+
+
+def group_amax_traced(x, splits, rht, sign_mask):
+    device_splits, host_splits = _split_args(splits)
+    amax = group_amax_op(x, device_splits, host_splits, rht, sign_mask)
+    return amax[0], amax[1]
+
+
+# --------------------------------------------------------------------------- NVFP4
+
+
+@custom_op("cutequant::nvfp4_group_quantize", mutates_args=(), device_types="cuda")
+def nvfp4_group_quantize_op(
+    x: Tensor,
+    device_splits: Tensor | None,
+    host_splits: list[int] | None,
+    rowwise: bool,
+    columnwise: bool,
+    rht: bool,
+    sign_mask: int,
+    swizzled_scales: bool,
+    fast_math: bool,
+    amax: Tensor | None,
+    stochastic_rounding: bool,
+    rng_state: Tensor | None,
+    amax_estimation_scale: float | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(row_data, row_scales, col_data, col_scales, amax [2, G] (empty when given), snapshot).
+    With stochastic rounding ``rng_state`` is required (the traced wrapper draws it)."""
+    if stochastic_rounding and rng_state is None:
+        raise ValueError("rng_state: required by the op with stochastic_rounding=True")
+    splits = _splits(device_splits, host_splits)
+    flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math)
+    m_rows, n_cols, num_groups, amax_in, rng_state, arch = _nvfp4.check_quantize(
+        x, splits, *flags, amax, stochastic_rounding, rng_state, amax_estimation_scale
+    )
+    outputs, amax_out, layout, _ = _nvfp4.run_quantize(
+        x, splits, m_rows, n_cols, num_groups, arch, *flags, amax_in, stochastic_rounding,
+        rng_state, amax_estimation_scale, groups.SeparateOutputs,
+    )  # fmt: skip
+    empty = _empty_u8(x.device)
+    parts = [outputs[k] if outputs[k] is not None else empty for k in _NVFP4_PARTS]
+    amax_out = amax_out if amax is None else torch.empty(0, dtype=torch.float32, device=x.device)
+    return (*parts, amax_out, _snapshot(layout, x.device))
+
+
+_NVFP4_PARTS = ("row_data", "row_scales", "col_data", "col_scales")
+
+
+@nvfp4_group_quantize_op.register_fake
+def _(
+    x, device_splits, host_splits, rowwise, columnwise, rht, sign_mask, swizzled_scales,
+    fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
+):  # fmt: skip
+    m_rows, n_cols = x.shape
+    num_groups = _num_groups(device_splits, host_splits)
+    parts = _nvfp4.output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, host_splits)
+    out = [
+        x.new_empty(parts[k][0], dtype=parts[k][1])
+        if parts[k]
+        else x.new_empty(0, dtype=torch.uint8)
+        for k in _NVFP4_PARTS
+    ]
+    amax_out = x.new_empty((2, num_groups) if amax is None else (0,), dtype=torch.float32)
+    snap = (num_groups + 2,) if device_splits is not None else (0,)
+    return (*out, amax_out, x.new_empty(snap, dtype=torch.int32))
+
+
+def nvfp4_group_quantize_traced(
+    x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
+    stochastic_rounding, rng_state, amax_estimation_scale,
+):  # fmt: skip
+    """``nvfp4_group_quantize`` while torch.compile traces: the op, then the result object."""
+    device_splits, host_splits = _split_args(splits)
+    if isinstance(amax, (tuple, list)):
+        amax = torch.stack([amax[0].reshape(-1), amax[1].reshape(-1)])
+    if stochastic_rounding and rng_state is None:
+        rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
+    *parts, amax_out, snapshot = nvfp4_group_quantize_op(
+        x, device_splits, host_splits, rowwise, columnwise, rht, sign_mask, swizzled_scales,
+        fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
+    )  # fmt: skip
+    outputs = {
+        "row_data": parts[0] if rowwise else None,
+        "row_scales": parts[1] if rowwise else None,
+        "col_data": parts[2] if columnwise else None,
+        "col_scales": parts[3] if columnwise else None,
+    }
+    return _nvfp4.Nvfp4GroupedTensor(
+        n_cols=x.shape[1],
+        outputs=outputs,
+        amax=amax_out if amax is None else amax,
+        swizzled_scales=swizzled_scales,
+        rht=rht and columnwise,
+        sign_mask=sign_mask,
+        fast_math=fast_math,
+        rng_state=rng_state,
+        layout=_traced_layout(x, device_splits, host_splits, snapshot),
+    )
+
+
+@custom_op("cutequant::nvfp4_group_dequantize", mutates_args=(), device_types="cuda")
+def nvfp4_group_dequantize_op(
+    data: Tensor,
+    scales: Tensor,
+    amax: Tensor,
+    device_starts: Tensor | None,
+    host_splits: list[int] | None,
+    n_cols: int,
+    columnwise: bool,
+    swizzled: bool,
+    rht: bool,
+    sign_mask: int,
+    undo_rht: bool,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    """[M, N] ``out_dtype`` from one side of an NVFP4 result (``nvfp4.dequantize_impl``)."""
+    return _nvfp4.dequantize_impl(
+        data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht,
+        sign_mask, undo_rht, out_dtype,
+    )  # fmt: skip
+
+
+@nvfp4_group_dequantize_op.register_fake
+def _(
+    data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht, sign_mask,
+    undo_rht, out_dtype,
+):  # fmt: skip
+    m = data.shape[0] if not columnwise else 2 * data.numel() // n_cols
+    return data.new_empty((m, n_cols), dtype=out_dtype)
+
+
+# --------------------------------------------------------------------------- FP8
+
+
+@custom_op("cutequant::fp8_group_quantize", mutates_args=(), device_types="cuda")
+def fp8_group_quantize_op(
+    x: Tensor,
+    device_splits: Tensor | None,
+    host_splits: list[int] | None,
+    fp8_dtype: torch.dtype,
+    scaling: str,
+    scale: Tensor | None,
+    rowwise: bool,
+    columnwise: bool,
+    amax_epsilon: float,
+    force_pow2_scales: bool,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(row_data, col_data, scales [2, G] = (scale, scale_inv), amax [1 or 2, G], snapshot)."""
+    splits = _splits(device_splits, host_splits)
+    args = (fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales)
+    m_rows, n_cols, num_groups, scale, arch = _fp8.check_fp8_quantize(x, splits, *args)
+    outputs, amax, layout = _fp8.run_fp8_quantize(
+        x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
+        columnwise, amax_epsilon, force_pow2_scales, groups.SeparateOutputs,
+    )  # fmt: skip
+    empty = torch.empty(0, dtype=fp8_dtype, device=x.device)
+    row = outputs["row_data"] if rowwise else empty
+    col = outputs["col_data"] if columnwise else empty
+    return row, col, outputs["scales"], amax, _snapshot(layout, x.device)
+
+
+@fp8_group_quantize_op.register_fake
+def _(
+    x, device_splits, host_splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon,
+    force_pow2_scales,
+):  # fmt: skip
+    m_rows, n_cols = x.shape
+    num_groups = _num_groups(device_splits, host_splits)
+    parts = _fp8.output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
+    row = x.new_empty(parts["row_data"][0] if rowwise else (0,), dtype=fp8_dtype)
+    col = x.new_empty(parts["col_data"][0] if columnwise else (0,), dtype=fp8_dtype)
+    scales = x.new_empty((2, num_groups), dtype=torch.float32)
+    amax = x.new_empty((1 if scaling == "delayed" else 2, num_groups), dtype=torch.float32)
+    snap = (num_groups + 2,) if device_splits is not None else (0,)
+    return row, col, scales, amax, x.new_empty(snap, dtype=torch.int32)
+
+
+def fp8_group_quantize_traced(
+    x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
+):
+    device_splits, host_splits = _split_args(splits)
+    row, col, scales, amax, snapshot = fp8_group_quantize_op(
+        x, device_splits, host_splits, fp8_dtype, scaling, scale, rowwise, columnwise,
+        float(amax_epsilon), force_pow2_scales,
+    )  # fmt: skip
+    outputs = {
+        "row_data": row if rowwise else None,
+        "col_data": col if columnwise else None,
+        "scales": scales,
+    }
+    return _fp8.Fp8GroupedTensor(
+        n_cols=x.shape[1],
+        fp8_dtype=fp8_dtype,
+        outputs=outputs,
+        amax=amax,
+        layout=_traced_layout(x, device_splits, host_splits, snapshot),
+    )
+
+
+@custom_op("cutequant::fp8_group_dequantize", mutates_args=(), device_types="cuda")
+def fp8_group_dequantize_op(
+    data: Tensor,
+    scale_inv: Tensor,
+    device_starts: Tensor | None,
+    host_splits: list[int] | None,
+    n_cols: int,
+    columnwise: bool,
+    out_dtype: torch.dtype,
+) -> Tensor:
+    """[M, N] ``out_dtype`` from one side of an FP8 result (``fp8.dequantize_impl``)."""
+    return _fp8.dequantize_impl(
+        data, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype
+    )
+
+
+@fp8_group_dequantize_op.register_fake
+def _(data, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype):
+    return data.new_empty((data.numel() // n_cols, n_cols), dtype=out_dtype)
+
+
+OPS = {
+    "group_amax": group_amax_op,
+    "nvfp4_group_quantize": nvfp4_group_quantize_op,
+    "nvfp4_group_dequantize": nvfp4_group_dequantize_op,
+    "fp8_group_quantize": fp8_group_quantize_op,
+    "fp8_group_dequantize": fp8_group_dequantize_op,
+}
