@@ -3,6 +3,8 @@
     python perf/host_overhead.py profile [op ...]   cProfile of 200 back-to-back calls per op
     python perf/host_overhead.py primitives         CPU cost of the torch / TVM-FFI pieces a
                                                     call is made of (median of 2000, in us)
+    python perf/host_overhead.py first-call         a fresh process with a warm disk cache:
+                                                    import cutequant, then its first op
 
 No synchronization inside the timed loops: what is measured is the CPU time to issue work.
 """
@@ -95,8 +97,41 @@ def primitives() -> None:
         print(f"{name:42s} {_cost_us(fn):7.2f} us")
 
 
+_FIRST_CALL = """
+import sys, time
+import torch
+x = torch.randn(1024, 512, device="cuda").to(torch.bfloat16)
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+import cutequant
+t1 = time.perf_counter()
+getattr(cutequant, sys.argv[1])(x, [512, 0, 512])
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+print(f"import cutequant {1e3 * (t1 - t0):7.1f} ms, first {sys.argv[1]} {1e3 * (t2 - t1):7.1f} ms"
+      f" (cutlass imported: {'cutlass' in sys.modules})")
+"""
+
+
+def first_call() -> None:
+    """Fresh processes sharing one disk cache: the first fills it, the next ones load."""
+    import os
+    import subprocess
+    import tempfile
+
+    env = dict(os.environ, CUTEQUANT_CACHE_DIR=tempfile.mkdtemp(prefix="cq-first-call-"))
+    for op in ("group_amax", "nvfp4_group_quantize", "fp8_group_quantize"):
+        for label in ("cold (compiles)", "warm disk cache", "warm disk cache"):
+            out = subprocess.run(
+                [sys.executable, "-c", _FIRST_CALL, op], env=env, capture_output=True, text=True
+            )
+            print(f"{label:18s} {out.stdout.strip() or out.stderr.strip()[-300:]}")
+
+
 def main(argv) -> int:
-    if argv and argv[0] == "primitives":
+    if argv and argv[0] == "first-call":
+        first_call()
+    elif argv and argv[0] == "primitives":
         primitives()
     else:
         profile(argv[1:] if argv and argv[0] == "profile" else argv)
