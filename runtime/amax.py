@@ -31,29 +31,30 @@ def group_amax(
         from cutequant import ops
 
         return ops.group_amax_traced(x, splits, rht, sign_mask)
-    m_rows, num_groups, arch = check_group_amax(x, splits, rht, sign_mask)
+    m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
     return tuple(run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch).unbind(0))
 
 
 _IN_DTYPE_LIST = tuple(IN_DTYPES)
 
 
-def check_group_amax(x, splits, rht, sign_mask) -> tuple[int, int, str]:
-    """Every argument check of ``group_amax`` (host only); returns (M, G, arch)."""
+def check_group_amax(x, splits, rht, sign_mask):
+    """Every argument check of ``group_amax`` (host only); returns (M, G, splits, arch), the
+    splits as the validated tuple (host) or the tensor (device)."""
     m_rows, _ = _checks.check_x(x, dtypes=_IN_DTYPE_LIST)
     _checks.check_flag(rht, "rht")
     _checks.check_sign_mask(sign_mask)
     if rht and x.dtype != torch.bfloat16:
         raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
     num_groups = _num_groups(splits)
-    groups.check_splits(splits, m_rows)
-    return m_rows, num_groups, _checks.check_device(x)
+    host = groups.check_splits(splits, m_rows)
+    return m_rows, num_groups, splits if host is None else host, _checks.check_device(x)
 
 
 def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch) -> torch.Tensor:
-    """fp32 [2, G] (row, col) amax of validated arguments."""
+    """fp32 [2, G] (row, col) amax of validated arguments (``check_group_amax``'s)."""
     amax = new_amax(2, num_groups, m_rows, x.device)
-    layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax)
+    layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax, validated=True)
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
     )
@@ -137,13 +138,18 @@ def launch_group_amax(
         return
     if cast_walk_band is not None and cast_walk_band <= 1:
         raise ValueError("cast_walk_band: the L2 hand-off needs a band > 1 (token-fastest walk)")
-    spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
+    dev = x.device
     if stream is None:
-        stream = _launch.raw_stream(x.device)
-    num_ctas = _launch.grid_size(spec, x.device)
-    resident = 0
-    if cast_walk_band is not None:
-        resident = l2_resident(x.device, num_ctas)
+        stream = _launch.raw_stream(dev)
+    key = (dev.index, stream, arch, rht, in_dtype, cast_walk_band)
+    hit = _LAUNCH_FACTS.get(key)
+    if hit is None:  # spec, grid, the stream's launch counter, L2-resident tiles: fixed per key
+        spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
+        num_ctas = _launch.grid_size(spec, dev)
+        counter = groups.launch_counter(dev, stream, num_ctas)
+        resident = l2_resident(dev, num_ctas) if cast_walk_band is not None else 0
+        hit = _LAUNCH_FACTS[key] = (spec, num_ctas, _launch.ptr(counter, 8), resident)
+    spec, num_ctas, counter_addr, resident = hit
     _launch.run_grouped(
         spec,
         _launch.ptr(x),
@@ -151,7 +157,7 @@ def launch_group_amax(
         n_cols,
         layout,
         _launch.ptr(amax, 4),
-        _launch.ptr(groups.launch_counter(x.device, stream, num_ctas), 8),
+        counter_addr,
         sign_mask,
         float(col_scale),
         resident,
@@ -159,3 +165,8 @@ def launch_group_amax(
         num_ctas=num_ctas,
         stream=stream,
     )
+
+
+# (device, stream, arch, rht, dtype, band) -> (spec, grid, launch counter address, resident);
+# the counters live as long as the process (groups._COUNTERS), so their addresses stay valid
+_LAUNCH_FACTS: dict = {}

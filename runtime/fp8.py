@@ -130,7 +130,7 @@ def fp8_group_quantize(
             x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon,
             force_pow2_scales,
         )  # fmt: skip
-    m_rows, n_cols, num_groups, scale, arch = check_fp8_quantize(
+    m_rows, n_cols, num_groups, splits, scale, arch = check_fp8_quantize(
         x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
     )
     outputs, amax, layout = run_fp8_quantize(
@@ -146,7 +146,8 @@ def check_fp8_quantize(
     x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
 ):
     """Every argument check of ``fp8_group_quantize`` (host only, before any launch).
-    Returns (M, N, G, scale (contiguous, delayed scaling) or None, arch)."""
+    Returns (M, N, G, splits (the validated tuple for host splits), scale (contiguous,
+    delayed scaling) or None, arch)."""
     m_rows, n_cols = _checks.check_x(x, dtypes=_IN_DTYPE_LIST)
     if fp8_dtype not in _FP8_DTYPES:
         raise TypeError(
@@ -167,7 +168,7 @@ def check_fp8_quantize(
     if not amax_epsilon >= 0.0:
         raise ValueError(f"amax_epsilon: must be >= 0, got {amax_epsilon}")
     num_groups = _num_groups(splits)
-    groups.check_splits(splits, m_rows)
+    host = groups.check_splits(splits, m_rows)
     dev = x.device
     if scaling == "delayed":
         if scale is None:
@@ -183,7 +184,8 @@ def check_fp8_quantize(
         scale = scale.contiguous()
     elif scale is not None:
         raise ValueError("scale: only used with scaling='delayed'")
-    return m_rows, n_cols, num_groups, scale, _checks.check_device(x)
+    splits = splits if host is None else host
+    return m_rows, n_cols, num_groups, splits, scale, _checks.check_device(x)
 
 
 def output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise: bool, columnwise: bool) -> dict:
@@ -210,7 +212,9 @@ def run_fp8_quantize(
     amax = new_amax(1 if delayed else 2, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)
-    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax, tile_records=tile)
+    layout = groups.prepare_groups(
+        splits, m_rows, dev, poison=amax, tile_records=tile, validated=True
+    )
     outputs = output_kind.allocate(
         output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise), dev
     )
@@ -291,10 +295,12 @@ def fp8_group_dequantize(
         raise ValueError(f"result: has no {kind} data (quantized with {kind}=False)")
     layout = result._layout
     device_starts, host_splits = None, None
-    if layout.snapshot is not None:
+    if layout.snapshot is not None:  # device splits: this call's row starts
         device_starts = layout.snapshot[: layout.num_groups + 1]
-    else:
+    else:  # host splits (with their cached device tables, except in a traced result)
         host_splits = list(layout.host_splits)
+        if layout.tables is not None:
+            device_starts = layout.tables[0]
     n = result.n_cols
     args = (data, result.scale_inv, device_starts, host_splits, n, columnwise, out_dtype)
     if torch.compiler.is_compiling():
@@ -309,10 +315,9 @@ def dequantize_impl(data, scale_inv, device_starts, host_splits, n_cols, columnw
     m = data.numel() // n
     dev = data.device
     if not columnwise:
-        if device_starts is not None:
-            rows = device_starts.to(torch.int64).diff()
-        else:
-            rows = torch.tensor(host_splits, dtype=torch.int64, device=dev)
+        if device_starts is None:  # the cached host-split tables (no copy under CUDA graphs)
+            device_starts = groups.prepare_groups(list(host_splits), m, dev).tables[0]
+        rows = device_starts.to(torch.int64).diff()
         per_row = torch.repeat_interleave(scale_inv, rows, output_size=m)
         return (data.float() * per_row[:, None]).to(out_dtype)
     if host_splits is None:  # per-group blocks of data-dependent shapes: needs the host sizes

@@ -257,8 +257,12 @@ def prepare_groups(
     device: torch.device,
     poison: torch.Tensor | None = None,
     tile_records: bool = False,
+    validated: bool = False,
 ) -> GroupLayout:
     """Validate ``splits`` against ``m_rows`` and return the device lookup tables.
+
+    ``validated``: ``splits`` is the tuple ``check_splits`` returned for ``m_rows`` (its
+    checks are not repeated: a call pays the per-group hashing and type checks once).
 
     ``poison`` (fp32, device): outputs set to NaN if device-side validation fails.
     ``tile_records``: with host splits, also ``layout.tile_tables`` (the tables followed by
@@ -269,11 +273,11 @@ def prepare_groups(
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
         return _device_groups(splits, m_rows, device, poison)
     entry = None
-    cacheable = isinstance(splits, (list, tuple)) and _plain_ints(splits)
+    cacheable = validated or (isinstance(splits, (list, tuple)) and _plain_ints(splits))
     if cacheable:  # fast path: a repeated host split list is cached
         entry = _HOST_CACHE.get((tuple(splits), m_rows, device.index))
     if entry is None:
-        values = _validate_host_splits(splits, m_rows)
+        values = splits if validated else _validate_host_splits(splits, m_rows)
         key = (values, m_rows, device.index)
         with _LOCK:
             entry = _HOST_CACHE.get(key)

@@ -184,16 +184,23 @@ def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
     return amax.contiguous()
 
 
+_PARTS: dict = {}  # (M, N, G, rowwise, columnwise, host totals) -> output_parts(...)
+
+
 def output_parts(
-    m_rows, n_cols: int, num_groups, rowwise: bool, columnwise: bool, host_splits=None
-) -> dict:
+    m_rows, n_cols: int, num_groups, rowwise: bool, columnwise: bool, host_splits=None,
+    extents=None,
+) -> dict:  # fmt: skip
     """name -> (shape, dtype) of every output buffer (None: not computed). Exact scale sizes
     for host splits, upper bounds (M + 127 G rows, M / 16 + 3 G columns) for device splits.
     Shared by the kernels' launch and the torch.library fake implementation (so it also takes
-    symbolic sizes)."""
+    symbolic sizes). ``extents``: (row-scale rows, column-scale columns) when known (the host
+    tables' totals)."""
     cp = _round_up(n_cols // 16, 4)
     np_ = _round_up(n_cols, 128)
-    if host_splits is not None:
+    if extents is not None:
+        rs_rows, cs_cols = extents
+    elif host_splits is not None:
         rs_rows = sum((s + 127) // 128 * 128 for s in host_splits)
         cs_cols = sum((s // 16 + 3) // 4 * 4 for s in host_splits)
     else:
@@ -247,7 +254,7 @@ def nvfp4_group_quantize(
             x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
             stochastic_rounding, rng_state, amax_estimation_scale,
         )  # fmt: skip
-    m_rows, n_cols, num_groups, amax, rng_state, arch = check_quantize(
+    m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
         x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
         stochastic_rounding, rng_state, amax_estimation_scale,
     )  # fmt: skip
@@ -274,7 +281,8 @@ def check_quantize(
     stochastic_rounding, rng_state, amax_estimation_scale,
 ):  # fmt: skip
     """Every argument check of ``nvfp4_group_quantize`` (host only, before any launch).
-    Returns (M, N, G, amax as a contiguous [2, G] tensor or None, rng_state, arch)."""
+    Returns (M, N, G, splits (the validated tuple for host splits), amax as a contiguous
+    [2, G] tensor or None, rng_state, arch)."""
     m_rows, n_cols = _checks.check_x(x)
     for name, flag in (
         ("rowwise", rowwise),
@@ -290,7 +298,7 @@ def check_quantize(
         raise ValueError("rowwise and columnwise are both False: nothing to compute")
     _checks.check_sign_mask(sign_mask)
     num_groups = _num_groups(splits)
-    groups.check_splits(splits, m_rows)
+    host = groups.check_splits(splits, m_rows)
     if amax is not None:
         amax = _check_amax(amax, num_groups, x.device)
     if rng_state is not None:
@@ -298,7 +306,7 @@ def check_quantize(
     if amax_estimation_scale is not None:
         _check_estimation_scale(amax_estimation_scale, amax, columnwise)
     arch = _checks.check_device(x)
-    return m_rows, n_cols, num_groups, amax, rng_state, arch
+    return m_rows, n_cols, num_groups, splits if host is None else host, amax, rng_state, arch
 
 
 _SPECS: dict = {}
@@ -330,9 +338,17 @@ def run_quantize(
     computed = amax is None
     if computed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax if computed else None)
-    host = layout.host_splits if layout.snapshot is None else None
-    parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, host)
+    layout = groups.prepare_groups(
+        splits, m_rows, dev, poison=amax if computed else None, validated=True
+    )
+    key = (m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals)
+    parts = _PARTS.get(key)
+    if parts is None:
+        extents = layout.host_totals[2:] if layout.host_totals is not None else None
+        parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents)
+        if len(_PARTS) > 1024:
+            _PARTS.clear()
+        _PARTS[key] = parts
     outputs = output_kind.allocate(parts, dev)
     stream = _launch.raw_stream(dev)
     col_rht = rht and columnwise
@@ -403,10 +419,12 @@ def nvfp4_group_dequantize(
         raise ValueError(f"result: has no {kind} data (it was quantized without it)")
     layout = result._layout
     device_starts, host_splits = None, None
-    if layout.snapshot is not None:
+    if layout.snapshot is not None:  # device splits: this call's row starts
         device_starts = layout.snapshot[: layout.num_groups + 1]
-    else:
+    else:  # host splits (with their cached device tables, except in a traced result)
         host_splits = list(layout.host_splits)
+        if layout.tables is not None:
+            device_starts = layout.tables[0]
     args = (
         data,
         getattr(result, f"{side}_scales"),
@@ -438,10 +456,9 @@ def dequantize_impl(
     m = data.shape[0] if not columnwise else 2 * data.numel() // n
     dev = data.device
     if not columnwise:
-        if device_starts is not None:
-            starts = device_starts.to(torch.int64)
-        else:
-            starts = torch.tensor([0, *host_splits], dtype=torch.int64).cumsum(0).to(dev)
+        if device_starts is None:  # the cached host-split tables (no copy under CUDA graphs)
+            device_starts = groups.prepare_groups(list(host_splits), m, dev).tables[0]
+        starts = device_starts.to(torch.int64)
         rows = starts.diff()
         g = torch.repeat_interleave(torch.arange(rows.numel(), device=dev), rows, output_size=m)
         local = torch.arange(m, device=dev) - starts[g]

@@ -82,7 +82,7 @@ def group_amax_op(
 ) -> Tensor:
     """fp32 [2, G]: (row amax, column amax) per group."""
     splits = _splits(device_splits, host_splits)
-    m_rows, num_groups, arch = _amax.check_group_amax(x, splits, rht, sign_mask)
+    m_rows, num_groups, splits, arch = _amax.check_group_amax(x, splits, rht, sign_mask)
     return _amax.run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
 
 
@@ -122,15 +122,14 @@ def nvfp4_group_quantize_op(
         raise ValueError("rng_state: required by the op with stochastic_rounding=True")
     splits = _splits(device_splits, host_splits)
     flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math)
-    m_rows, n_cols, num_groups, amax_in, rng_state, arch = _nvfp4.check_quantize(
+    m_rows, n_cols, num_groups, splits, amax_in, rng_state, arch = _nvfp4.check_quantize(
         x, splits, *flags, amax, stochastic_rounding, rng_state, amax_estimation_scale
     )
     outputs, amax_out, layout, _ = _nvfp4.run_quantize(
         x, splits, m_rows, n_cols, num_groups, arch, *flags, amax_in, stochastic_rounding,
         rng_state, amax_estimation_scale, groups.SeparateOutputs,
     )  # fmt: skip
-    empty = _empty_u8(x.device)
-    parts = [outputs[k] if outputs[k] is not None else empty for k in _NVFP4_PARTS]
+    parts = [outputs[k] if outputs[k] is not None else _empty_u8(x.device) for k in _NVFP4_PARTS]
     amax_out = amax_out if amax is None else torch.empty(0, dtype=torch.float32, device=x.device)
     return (*parts, amax_out, _snapshot(layout, x.device))
 
@@ -240,14 +239,13 @@ def fp8_group_quantize_op(
     """(row_data, col_data, scales [2, G] = (scale, scale_inv), amax [1 or 2, G], snapshot)."""
     splits = _splits(device_splits, host_splits)
     args = (fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales)
-    m_rows, n_cols, num_groups, scale, arch = _fp8.check_fp8_quantize(x, splits, *args)
+    m_rows, n_cols, num_groups, splits, scale, arch = _fp8.check_fp8_quantize(x, splits, *args)
     outputs, amax, layout = _fp8.run_fp8_quantize(
         x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
         columnwise, amax_epsilon, force_pow2_scales, groups.SeparateOutputs,
     )  # fmt: skip
-    empty = torch.empty(0, dtype=fp8_dtype, device=x.device)
-    row = outputs["row_data"] if rowwise else empty
-    col = outputs["col_data"] if columnwise else empty
+    row = outputs["row_data"] if rowwise else torch.empty(0, dtype=fp8_dtype, device=x.device)
+    col = outputs["col_data"] if columnwise else torch.empty(0, dtype=fp8_dtype, device=x.device)
     return row, col, outputs["scales"], amax, _snapshot(layout, x.device)
 
 
