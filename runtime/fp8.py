@@ -43,7 +43,7 @@ class Fp8GroupedTensor(groups.GroupedViews):
     @property
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:
-            self._offsets = groups.element_offsets(self._layout, self.n_cols)
+            self._offsets = groups.element_offsets(self._layout, self.n_cols, self._amax.device)
         return self._offsets
 
     def group(self, g: int) -> dict:
@@ -303,8 +303,10 @@ def fp8_group_dequantize(
             device_starts = layout.tables[0]
     n = result.n_cols
     args = (data, result.scale_inv, device_starts, host_splits, n, columnwise, out_dtype)
-    if torch.compiler.is_compiling():
-        return torch.ops.cutequant.fp8_group_dequantize(*args)
+    if torch.compiler.is_compiling():  # fp8 crosses the op boundary as uint8
+        return torch.ops.cutequant.fp8_group_dequantize(
+            data.view(torch.uint8), data.dtype, *args[1:]
+        )
     return dequantize_impl(*args)
 
 

@@ -27,6 +27,7 @@ TILE_ROWS = 64
 _HOST_CACHE: collections.OrderedDict = collections.OrderedDict()
 _HOST_CACHE_SIZE = 256
 _WORKSPACES: dict = {}
+_RETIRED: list = []  # grown-out workspaces (never freed: a kernel may still read one)
 _COUNTERS: dict = {}
 _LOCK = threading.Lock()
 
@@ -37,6 +38,34 @@ def _ceil_div(a: int, b: int) -> int:
 
 def _round_up(a: int, b: int) -> int:
     return _ceil_div(a, b) * b
+
+
+_RUNTIME_STREAMS: dict = {}
+
+
+def persistent(device: torch.device, make):
+    """Run ``make()`` to create device buffers the runtime keeps across calls (tables,
+    workspaces, counters), outside any CUDA-graph memory pool.
+
+    torch.compile's CUDA graphs (``mode="reduce-overhead"``) warm up and record with every
+    allocation of their stream routed to the graph's private pool and reject pool memory that
+    outlives the step; buffers created on a runtime-owned stream come from the ordinary pool.
+    The caller's stream then waits for that stream (no host synchronization). While a stream
+    capture is under way (a plain ``torch.cuda.graph``) nothing may wait on outside work: the
+    buffers are made on the capturing stream and live in that graph's pool, which it keeps.
+    """
+    if torch.cuda.is_current_stream_capturing():
+        return make()
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    side = _RUNTIME_STREAMS.get(index)
+    if side is None:
+        side = _RUNTIME_STREAMS[index] = torch.cuda.Stream(device=index)
+    current = torch.cuda.current_stream(index)
+    side.wait_stream(current)
+    with torch.cuda.stream(side):
+        out = make()
+    current.wait_stream(side)
+    return out
 
 
 def host_tables(splits: tuple[int, ...]) -> torch.Tensor:
@@ -232,9 +261,15 @@ def workspace(device: torch.device, num_groups: int, stream) -> Workspace:
         ws = _WORKSPACES.get(key)
         if ws is None or ws.tables.numel() < 4 * (num_groups + 1):
             groups_cap = max(num_groups, 1024, 0 if ws is None else 2 * (ws.tables.numel() // 4))
-            tables = torch.empty(4 * (groups_cap + 1), dtype=torch.int32, device=device)
-            fold = torch.zeros(2 * groups_cap, dtype=torch.int32, device=device)
-            ws = Workspace(tables=tables, fold=fold)
+            ws = persistent(
+                device,
+                lambda: Workspace(
+                    tables=torch.empty(4 * (groups_cap + 1), dtype=torch.int32, device=device),
+                    fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device),
+                ),
+            )
+            if key in _WORKSPACES:  # kernels on the stream may still use the old one
+                _RETIRED.append(_WORKSPACES[key])
             _WORKSPACES[key] = ws
     return ws
 
@@ -247,7 +282,9 @@ def launch_counter(device: torch.device, stream, num_ctas: int) -> torch.Tensor:
     with _LOCK:
         counter = _COUNTERS.get(key)
         if counter is None:
-            counter = _COUNTERS[key] = torch.zeros(2, dtype=torch.int64, device=device)
+            counter = _COUNTERS[key] = persistent(
+                device, lambda: torch.zeros(2, dtype=torch.int64, device=device)
+            )
     return counter
 
 
@@ -294,7 +331,7 @@ def prepare_groups(
                 entry[1] = GroupLayout(len(values), m_rows, tables, values, host_totals=totals)
                 entry[1].tile_tables = buf
             else:
-                tables = host.to(device, non_blocking=False)
+                tables = persistent(device, lambda: host.to(device, non_blocking=False))
             entry[0] = GroupLayout(len(values), m_rows, tables, values, host_totals=totals)
             with _LOCK:
                 _HOST_CACHE[key] = entry
@@ -316,7 +353,7 @@ def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor
     """int32 device buffer: ``host`` tables ([4, G + 1]), then ``host_tile_records`` (kernels
     find them 16 * (G + 1) bytes in). Copied synchronously, like the tables alone."""
     buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
-    return buf.to(device, non_blocking=False)
+    return persistent(device, lambda: buf.to(device, non_blocking=False))
 
 
 def _device_groups(
@@ -354,30 +391,33 @@ def _device_groups(
 _OFFSET_CACHE: collections.OrderedDict = collections.OrderedDict()
 
 
-def byte_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
+def byte_offsets(layout: GroupLayout, n_cols: int, device=None) -> torch.Tensor:
     """int64 [4, G + 1] device tensor: byte offset of every group's block in the NVFP4
     (row_data, row_scales, col_data, col_scales) buffers (last column = total bytes)."""
     cp = -(-(n_cols // 16) // 4) * 4
     np_ = -(-n_cols // 128) * 128
-    return _offsets(layout, (0, 2, 0, 3), (n_cols // 2, cp, n_cols // 2, np_))
+    return _offsets(layout, (0, 2, 0, 3), (n_cols // 2, cp, n_cols // 2, np_), device)
 
 
-def element_offsets(layout: GroupLayout, n_cols: int) -> torch.Tensor:
+def element_offsets(layout: GroupLayout, n_cols: int, device=None) -> torch.Tensor:
     """int64 [2, G + 1] device tensor: element offset of every group's block in the FP8
     (row_data, col_data) buffers (both row_start * N)."""
-    return _offsets(layout, (0, 0), (n_cols, n_cols))
+    return _offsets(layout, (0, 0), (n_cols, n_cols), device)
 
 
-def _offsets(layout: GroupLayout, rows: tuple[int, ...], mult: tuple[int, ...]) -> torch.Tensor:
+def _offsets(layout: GroupLayout, rows, mult, device=None) -> torch.Tensor:
     """tables[rows] * mult as int64 on the device: from a per-(splits, N) host cache for host
     splits (no launch), else computed on the device from the call's tables."""
+    if device is None:
+        device = layout.tables.device
     if layout.host_splits is not None:
-        key = (layout.host_splits, rows, mult, layout.tables.device.index)
+        key = (layout.host_splits, rows, mult, device.index)
         with _LOCK:
             out = _OFFSET_CACHE.get(key)
         if out is None:
             t = host_tables(layout.host_splits).to(torch.int64)[list(rows)]
-            out = (t * torch.tensor(mult, dtype=torch.int64)[:, None]).to(layout.tables.device)
+            out = t * torch.tensor(mult, dtype=torch.int64)[:, None]
+            out = persistent(device, lambda: out.to(device))
             with _LOCK:
                 _OFFSET_CACHE[key] = out
                 while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
@@ -407,7 +447,9 @@ def dummy_buffer(device: torch.device) -> torch.Tensor:
     """A 16-byte-aligned placeholder for the pointers of disabled outputs (never written)."""
     buf = _DUMMIES.get(device.index)
     if buf is None:
-        buf = _DUMMIES[device.index] = torch.zeros(64, dtype=torch.uint8, device=device)
+        buf = _DUMMIES[device.index] = persistent(
+            device, lambda: torch.zeros(64, dtype=torch.uint8, device=device)
+        )
     return buf
 
 

@@ -71,7 +71,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     @property
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:
-            self._offsets = groups.byte_offsets(self._layout, self.n_cols)
+            self._offsets = groups.byte_offsets(self._layout, self.n_cols, self._amax.device)
         return self._offsets
 
     def group(self, g: int) -> dict:
@@ -444,6 +444,33 @@ def nvfp4_group_dequantize(
     return dequantize_impl(*args)
 
 
+_LUTS: dict = {}
+
+
+def _e2m1_lut(device: torch.device) -> torch.Tensor:
+    """fp32 value of each e2m1 code, on the device (made once: no copy inside CUDA graphs)."""
+    lut = _LUTS.get(device)
+    if lut is None:
+        from cutequant import reference
+
+        lut = _LUTS[device] = groups.persistent(
+            device, lambda: reference.e2m1_decode(torch.arange(16, device=device))
+        )
+    return lut
+
+
+def _decode_scale(amax: torch.Tensor) -> torch.Tensor:
+    """S_dec = 1 / S_enc per group, S_enc = min(2688 / amax, FLT_MAX) (1 where amax or S_enc is
+    0; FLT_MAX for a NaN amax): ``reference.global_encode_scale`` with no host tensors."""
+    s = 2688.0 / amax.float()
+    s = torch.where(torch.isnan(s) | (s > _FLT_MAX), _FLT_MAX, s)
+    s = torch.where((amax == 0) | (s == 0), 1.0, s)
+    return 1.0 / s
+
+
+_FLT_MAX = torch.finfo(torch.float32).max
+
+
 def dequantize_impl(
     data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht, sign_mask,
     undo_rht, out_dtype,
@@ -478,9 +505,8 @@ def dequantize_impl(
         else:
             idx = base + local[:, None] * cp + c
         sf = reference.e4m3_to_float(scales.reshape(-1)[idx]).repeat_interleave(16, dim=1)
-        s_dec = reference.global_decode_scale(reference.global_encode_scale(amax))[g]
-        values = reference.e2m1_decode(reference.unpack_fp4(data))
-        return ((values * sf) * s_dec[:, None]).to(out_dtype)
+        values = _e2m1_lut(dev)[reference.unpack_fp4(data).to(torch.long)]
+        return ((values * sf) * _decode_scale(amax)[g][:, None]).to(out_dtype)
     if host_splits is None:  # per-group blocks of data-dependent shapes: needs the host sizes
         host_splits = device_starts.diff().tolist()
     out = torch.empty(m, n, dtype=out_dtype, device=dev)

@@ -236,7 +236,8 @@ def fp8_group_quantize_op(
     amax_epsilon: float,
     force_pow2_scales: bool,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """(row_data, col_data, scales [2, G] = (scale, scale_inv), amax [1 or 2, G], snapshot)."""
+    """(row_data, col_data (both as uint8), scales [2, G] = (scale, scale_inv),
+    amax [1 or 2, G], snapshot)."""
     splits = _splits(device_splits, host_splits)
     args = (fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales)
     m_rows, n_cols, num_groups, splits, scale, arch = _fp8.check_fp8_quantize(x, splits, *args)
@@ -244,8 +245,9 @@ def fp8_group_quantize_op(
         x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
         columnwise, amax_epsilon, force_pow2_scales, groups.SeparateOutputs,
     )  # fmt: skip
-    row = outputs["row_data"] if rowwise else torch.empty(0, dtype=fp8_dtype, device=x.device)
-    col = outputs["col_data"] if columnwise else torch.empty(0, dtype=fp8_dtype, device=x.device)
+    # fp8 crosses the op boundary as uint8 (torch's schema and aliasing checks do not take fp8)
+    row = outputs["row_data"].view(torch.uint8) if rowwise else _empty_u8(x.device)
+    col = outputs["col_data"].view(torch.uint8) if columnwise else _empty_u8(x.device)
     return row, col, outputs["scales"], amax, _snapshot(layout, x.device)
 
 
@@ -257,8 +259,8 @@ def _(
     m_rows, n_cols = x.shape
     num_groups = _num_groups(device_splits, host_splits)
     parts = _fp8.output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
-    row = x.new_empty(parts["row_data"][0] if rowwise else (0,), dtype=fp8_dtype)
-    col = x.new_empty(parts["col_data"][0] if columnwise else (0,), dtype=fp8_dtype)
+    row = x.new_empty(parts["row_data"][0] if rowwise else (0,), dtype=torch.uint8)
+    col = x.new_empty(parts["col_data"][0] if columnwise else (0,), dtype=torch.uint8)
     scales = x.new_empty((2, num_groups), dtype=torch.float32)
     amax = x.new_empty((1 if scaling == "delayed" else 2, num_groups), dtype=torch.float32)
     snap = (num_groups + 2,) if device_splits is not None else (0,)
@@ -274,8 +276,8 @@ def fp8_group_quantize_traced(
         float(amax_epsilon), force_pow2_scales,
     )  # fmt: skip
     outputs = {
-        "row_data": row if rowwise else None,
-        "col_data": col if columnwise else None,
+        "row_data": row.view(fp8_dtype) if rowwise else None,
+        "col_data": col.view(fp8_dtype) if columnwise else None,
         "scales": scales,
     }
     return _fp8.Fp8GroupedTensor(
@@ -290,6 +292,7 @@ def fp8_group_quantize_traced(
 @custom_op("cutequant::fp8_group_dequantize", mutates_args=(), device_types="cuda")
 def fp8_group_dequantize_op(
     data: Tensor,
+    fp8_dtype: torch.dtype,
     scale_inv: Tensor,
     device_starts: Tensor | None,
     host_splits: list[int] | None,
@@ -297,14 +300,15 @@ def fp8_group_dequantize_op(
     columnwise: bool,
     out_dtype: torch.dtype,
 ) -> Tensor:
-    """[M, N] ``out_dtype`` from one side of an FP8 result (``fp8.dequantize_impl``)."""
+    """[M, N] ``out_dtype`` from one side of an FP8 result (``fp8.dequantize_impl``); the
+    data as uint8 bytes of ``fp8_dtype``."""
     return _fp8.dequantize_impl(
-        data, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype
+        data.view(fp8_dtype), scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype
     )
 
 
 @fp8_group_dequantize_op.register_fake
-def _(data, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype):
+def _(data, fp8_dtype, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype):
     return data.new_empty((data.numel() // n_cols, n_cols), dtype=out_dtype)
 
 
