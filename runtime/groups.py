@@ -54,7 +54,7 @@ def persistent(device: torch.device, make):
     capture is under way (a plain ``torch.cuda.graph``) nothing may wait on outside work: the
     buffers are made on the capturing stream and live in that graph's pool, which it keeps.
     """
-    if torch.cuda.is_current_stream_capturing():
+    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return make()
     index = device.index if device.index is not None else torch.cuda.current_device()
     side = _RUNTIME_STREAMS.get(index)
