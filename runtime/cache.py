@@ -141,12 +141,26 @@ def _probe_writable(directory: Path) -> None:
         os.unlink(tmp)
 
 
-def _probe(root: Path) -> tuple[str, str]:
-    """(mode, reason): "rw" usable, "ro" only readable, "off" unusable."""
+def probe(root: Path, *, create: bool = True) -> tuple[str, str]:
+    """(mode, reason) of a cache directory: "rw" usable, "ro" only readable, "off" unusable,
+    and with ``create=False`` (inspecting, not using it) "missing" for one not made yet."""
     kernels = root / "kernels"
+    if not create and not root.exists():
+        for parent in root.parents:
+            if parent.exists():
+                if parent.is_dir():
+                    return "missing", ""
+                return "off", f"NotADirectoryError: {parent} is not a directory"
+        return "missing", ""
+    if not create and not kernels.is_dir():
+        if not root.is_dir():
+            return "off", f"NotADirectoryError: {root} is not a directory"
+        writable = os.access(root, os.W_OK | os.X_OK)
+        return ("rw", "") if writable else ("ro", "PermissionError: not writable")
     try:
-        kernels.mkdir(parents=True, exist_ok=True)
-        (root / "src").mkdir(exist_ok=True)
+        if create:
+            kernels.mkdir(parents=True, exist_ok=True)
+            (root / "src").mkdir(exist_ok=True)
         _probe_writable(kernels)
         return "rw", ""
     except OSError as exc:
@@ -166,7 +180,7 @@ def directory_mode(root: Path | None = None) -> str:
         mode = _MODES.get(root)
     if mode is not None:
         return mode
-    mode, reason = _probe(root)
+    mode, reason = probe(root)
     with _STATE_LOCK:
         _MODES[root] = mode
     if mode == "ro":
@@ -392,3 +406,21 @@ def remove_paths(paths) -> int:
                 p.unlink()
             removed += 1
     return removed
+
+
+def all_files(root: Path) -> list[Path]:
+    """Every file the cache made in ``root`` (entries, the lock, sources, temporary files);
+    other files a user keeps there are left alone."""
+    out = []
+    kernels, src = root / "kernels", root / "src"
+    if kernels.is_dir():
+        out += sorted(
+            p
+            for p in kernels.iterdir()
+            if p.suffix in (".o", ".json") or p.name == ".lock" or p.name.startswith(_TEMP_PREFIX)
+        )
+    if src.is_dir():
+        out += sorted(
+            p for p in src.iterdir() if p.suffix == ".py" or p.name.startswith(_TEMP_PREFIX)
+        )
+    return out
