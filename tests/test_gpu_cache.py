@@ -83,9 +83,7 @@ def test_damaged_entries_are_recompiled(fresh_cache, rng):
     assert jit.stats.compiles == compiles
 
 
-def test_unusable_cache_dir_gives_right_answers(
-    tmp_path, fresh_cache, monkeypatch, rng
-):
+def test_unusable_cache_dir_gives_right_answers(tmp_path, fresh_cache, monkeypatch, rng):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(blocker / "cache"))
