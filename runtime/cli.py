@@ -473,6 +473,7 @@ def build_parser() -> argparse.ArgumentParser:
     pre.add_argument(
         "--jobs",
         "-j",
+        metavar="N",
         type=_positive_int,
         default=max(1, (os.cpu_count() or 2) // 2),
         help="compiler processes (>= 1; default %(default)s)",
