@@ -224,6 +224,7 @@ def directory_lock(root: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[bool
 
     lock = filelock.FileLock(str(root / "kernels" / ".lock"), timeout=timeout, mode=file_mode())
     try:
+        (root / "kernels").mkdir(parents=True, exist_ok=True)
         lock.acquire()
     except (filelock.Timeout, OSError) as exc:
         warn_once(
@@ -321,6 +322,7 @@ def write_entry(entry: Entry, export, metadata: dict) -> None:
     to ``metadata``. Both files are made in a private temporary directory and renamed into
     place, the metadata last (a reader checks the object against it). Raises OSError."""
     kernels = entry.root / "kernels"
+    kernels.mkdir(parents=True, exist_ok=True)  # someone may have removed the directory
     tmp = Path(tempfile.mkdtemp(dir=kernels, prefix=_TEMP_PREFIX))
     try:
         obj = tmp / entry.obj.name

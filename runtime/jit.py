@@ -122,6 +122,8 @@ def _source_dir() -> Path:
     global _PRIVATE_SRC
     root = cache_dir()
     if cache.directory_mode(root) == "rw":
+        with contextlib.suppress(OSError):  # someone may have removed it; a failure shows later
+            (root / "src").mkdir(parents=True, exist_ok=True)
         return root / "src"
     if _PRIVATE_SRC is None:
         import atexit

@@ -286,6 +286,20 @@ def test_disk_full_while_writing(cache_root, monkeypatch):
     assert cache.directory_mode(cache_root) == "ro"
 
 
+def test_cache_dir_removed_while_running(cache_root):
+    """`rm -rf` of the cache directory under a running process: the next kernel is written to a
+    new directory, without a warning."""
+    import shutil
+
+    jit.get_kernel(SPEC)
+    shutil.rmtree(cache_root)
+    jit._MODULES.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jit.get_kernel(OTHER)
+    assert cache.check_entry(_entry(OTHER), jit.entry_metadata(OTHER)) is None
+
+
 def test_disable_env_writes_nothing(cache_root, monkeypatch):
     monkeypatch.setenv("CUTEQUANT_DISABLE_DISK_CACHE", "1")
     with warnings.catch_warnings():
