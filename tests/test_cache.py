@@ -162,7 +162,8 @@ def test_damaged_entry_is_warned_recompiled_and_replaced(cache_root, damage):
     entry = _entry()
     good = entry.obj.read_bytes()
     apply(entry)
-    assert cache.check_entry(entry, jit.entry_metadata(SPEC)) is not None
+    problem = cache.check_entry(entry, jit.entry_metadata(SPEC))
+    assert problem is not None and reason in problem, problem
 
     jit.clear_memory_cache()
     before = _counts()
