@@ -222,15 +222,16 @@ def _precompile_one(spec: S.KernelSpec) -> tuple[S.KernelSpec, str, str]:
     return spec, outcome.status, detail
 
 
-def _run_precompile(specs, jobs: int, progress: bool):
+def _run_precompile(specs, jobs: int, progress: bool) -> list[tuple[S.KernelSpec, str, str]]:
+    """(spec, status, detail) for every spec, in the order of ``specs``."""
     from tqdm import tqdm
 
+    results: list = [None] * len(specs)
     bar = tqdm(total=len(specs), desc="precompile", unit="kernel", disable=not progress)
-    results = []
     try:
         if jobs == 1:
-            for spec in specs:
-                results.append(_precompile_one(spec))
+            for i, spec in enumerate(specs):
+                results[i] = _precompile_one(spec)
                 bar.update()
         else:
             import multiprocessing
@@ -240,9 +241,9 @@ def _run_precompile(specs, jobs: int, progress: bool):
             # parent runs tqdm's monitor thread, and fork with threads is unsafe.
             ctx = multiprocessing.get_context("spawn")
             with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                futures = [pool.submit(_precompile_one, s) for s in specs]
+                futures = {pool.submit(_precompile_one, s): i for i, s in enumerate(specs)}
                 for fut in as_completed(futures):
-                    results.append(fut.result())
+                    results[futures[fut]] = fut.result()
                     bar.update()
     finally:
         bar.close()
@@ -270,7 +271,7 @@ def cmd_precompile(args) -> int:
     start = time.monotonic()
     results = _run_precompile(specs, args.jobs, args.progress)
     counts = {"compiled": 0, "cached": 0, "failed": 0}
-    for spec, status, detail in sorted(results, key=lambda r: all_specs_index(r[0])):
+    for spec, status, detail in results:
         counts[status] = counts.get(status, 0) + 1
         if status == "failed" or args.verbose:
             print(f"{status}: {' '.join(spec_to_args(spec))}" + (f" ({detail})" if detail else ""))
@@ -280,17 +281,6 @@ def cmd_precompile(args) -> int:
         f"in {time.monotonic() - start:.1f} s; cache {root}"
     )
     return 1 if counts["failed"] else 0
-
-
-_ORDER: dict = {}
-
-
-def all_specs_index(spec) -> int:
-    if not _ORDER:
-        for arch in S.ARCHS:
-            for i, s in enumerate(all_specs(arch)):
-                _ORDER[s] = i
-    return _ORDER.get(spec, 0)
 
 
 # --------------------------------------------------------------------------- cache commands
@@ -377,11 +367,10 @@ def cmd_cache_verify(args) -> int:
     for p in strays:
         print(f"stray temporary file: {p}")
     if args.remove_invalid:
-        removed = cache.remove_paths(strays)
-        for r in bad:
-            entry = cache.Entry(root, r.name)
-            removed += cache.remove_paths([entry.obj, entry.meta])
-        print(f"removed {removed} files")
+        entries = [cache.Entry(root, r.name) for r in bad]
+        paths = strays + [p for e in entries for p in (e.obj, e.meta)]
+        if not _remove(paths, root, "verify"):
+            return 1
     ok = sum(r.status == "ok" for r in reports)
     other = sum(r.status == "other install" for r in reports)
     print(
@@ -405,8 +394,20 @@ def cmd_cache_clear(args) -> int:
                 paths += [entry.obj, entry.meta]
     else:
         paths = cache.all_files(root)
-    print(f"removed {cache.remove_paths(paths)} files from {root}")
-    return 0
+    return 0 if _remove(paths, root, "clear") else 1
+
+
+def _remove(paths, root, cmd: str) -> bool:
+    """Remove ``paths``; False (after a message) when the directory does not allow it."""
+    from cutequant import cache
+
+    try:
+        removed = cache.remove_paths(paths)
+    except OSError as exc:
+        print(f"cutequant cache {cmd}: cannot remove files from {root}: {exc}", file=sys.stderr)
+        return False
+    print(f"removed {removed} files from {root}")
+    return True
 
 
 # --------------------------------------------------------------------------- argument parsing
