@@ -27,7 +27,6 @@ its valid entries (a cache precompiled on a build box and mounted read-only).
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import json
 import os
@@ -200,8 +199,9 @@ def directory_mode(root: Path | None = None) -> str:
 
 
 def stop_writing(root: Path, exc: OSError) -> None:
-    """A write failed for a reason that will not go away in this process (disk full, read-only
-    file system, permissions): warn once and treat the directory as read-only from now on."""
+    """A write failed (disk full, read-only file system, permissions, the directory gone): such
+    causes do not go away within a process, so warn once and treat the directory as read-only
+    from now on rather than fail and warn again for every kernel."""
     with _STATE_LOCK:
         if _MODES.get(root) == "rw":
             _MODES[root] = "ro"
@@ -210,9 +210,6 @@ def stop_writing(root: Path, exc: OSError) -> None:
         f"cutequant: cannot write to kernel cache directory {root} "
         f"({type(exc).__name__}: {exc.strerror or exc}); new kernels are kept in memory only",
     )
-
-
-PERSISTENT_WRITE_ERRORS = (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT)
 
 
 @contextlib.contextmanager
