@@ -258,7 +258,7 @@ def f16x2_pair_absmax(word: Uint32) -> Float32:
 
 @cute.jit
 def rht_entry(sign_mask: Int32, i: Int32, j: Int32) -> Float32:
-    """Entry (i, j) of TE's RHT matrix R = diag(s) H16 / 4 (te_semantics.md section 5): +-0.25,
+    """Entry (i, j) of TE's RHT matrix R = diag(s) H16 / 4 (docs/numerics.md §3.1): +-0.25,
     negative iff popc(i & j) (Sylvester Hadamard sign) + bit i of ``sign_mask`` is odd."""
     parity = cute.arch.popc(Uint32(i & j)) + ((sign_mask >> i) & 1)
     r = Float32(0.25)
@@ -295,7 +295,7 @@ def atomic_amax(ptr: cute.Pointer, value: Float32):
 
 
 # ----------------------------------------------------------------------------------- NVFP4 math
-# TE checklist (te_semantics.md section 9), per 16-element block with per-group S_enc / S_dec:
+# TE checklist (docs/numerics.md §9), per 16-element block with per-group S_enc / S_dec:
 #   sf  = e4m3_rne_satfinite(fmin(block_amax * (S_enc * f32(1/6)), FLT_MAX))
 #   enc = fmin(f32(1 / f32(f32(sf) * S_dec)), FLT_MAX)     (fast math: rcp.approx.ftz, no fmin)
 #   q   = e2m1_rne_satfinite(f32(x * enc))
@@ -341,7 +341,7 @@ def fp8x4(vals, s: Float32, fp8_dtype: str) -> Uint32:
 
 @cute.jit
 def fp8_scale_from_amax(amax: Float32, epsilon: Float32, pow2: Int32, fp8_max: float) -> Float32:
-    """TE's compute_scale_from_amax (te_semantics.md section 6): amax < epsilon -> epsilon;
+    """TE's compute_scale_from_amax (docs/numerics.md §6): amax < epsilon -> epsilon;
     fp8_max / amax (RN), inf -> FLT_MAX; amax inf / 0 / NaN -> 1; ``pow2`` != 0: the power of 2
     at or below."""
     a = amax
@@ -540,7 +540,7 @@ def st_global_b16(addr: Int64, a: Uint32, policy=None, *, loc=None, ip=None):
 
 
 def swizzled_scale_offset(r, c, num_cols_div4):
-    """Byte offset of scale (r, c) in the cuBLASLt 128x4 layout (te_semantics.md section 4);
+    """Byte offset of scale (r, c) in the cuBLASLt 128x4 layout (docs/numerics.md §4);
     ``num_cols_div4`` = ceil(compact columns / 4)."""
     rb = r >> 7
     d4 = (r >> 5) & 3

@@ -12,7 +12,7 @@ mapping, so ``cutequant.reference`` reproduces them bit for bit:
 with ``id`` = global token row * (N / 16) + block column (rowwise, direction 0) or
 hidden index * (M / 16) + global 16-token block (columnwise, direction 1).
 
-Element rounding is TE's software emulation (te_semantics.md §1.4, ``util/ptx.cuh``):
+Element rounding is TE's software emulation (docs/numerics.md §1.4, ``util/ptx.cuh``):
 ``u = byte / 256``, ``t = |v| + u * step(|v|)`` (one fp32 rounding), step 0.5 / 1 / 2 below 2 /
 below 4 / above, then ``q = min(floor(t / step(t)) * step(t), 6)``; sign copied, NaN -> +6.
 """

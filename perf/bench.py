@@ -7,7 +7,7 @@ separately as ``host_us``). Inputs rotate over two buffers so the 50-60 MB L2 ne
 whole input. Bandwidth = bytes the op must move (counted per op below) / time, compared with
 the device-to-device copy bandwidth measured in the same run (bytes read + written).
 
-    python perf/bench.py [--ops amax,...] [--json out.json] [--quick]
+    python perf/bench.py [--ops amax,...] [--json out.json] [--plot out.png]
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ CASES = {
     "65536x2048 / 64": (2048, None, 65536, 64),
     "65536x2048 / 256": (2048, None, 65536, 256),
 }
-# Further shapes for plan sweeps (perf/plan_sweep.py --cases), so that a tile-plan choice is
+# Further shapes for plan sweeps (perf/probes/plan_sweep.py --cases), so that a tile-plan choice is
 # not tuned to the four table cases alone.
 EXTRA_CASES = {
     "dense 4096x7168": (7168, [4096]),
@@ -297,6 +297,7 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default=",".join(OPS))
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--json", default=None)
+    p.add_argument("--plot", default=None, metavar="PNG", help="bar chart of %% of copy (plot.py)")
     args = p.parse_args(argv)
     copy = copy_bandwidth_gbps()
     dev = torch.cuda.get_device_name()
@@ -333,6 +334,12 @@ def main(argv=None) -> int:
                 f,
                 indent=1,
             )
+    if args.plot:
+        from plot import plot_results  # perf/plot.py; matplotlib only when asked for
+
+        plot_results(
+            [{"device": dev, "copy_gbps": copy, "results": [asdict(r) for r in results]}], args.plot
+        )
     return 0
 
 

@@ -14,3 +14,13 @@ __all__ = [
     "nvfp4_group_dequantize",
     "nvfp4_group_quantize",
 ]
+
+
+def __getattr__(name: str):
+    # cutequant.reference (the pure-torch oracle) is imported on first use, so that
+    # `import cutequant` stays cheap (no reference module, no cutlass).
+    if name == "reference":
+        import importlib
+
+        return importlib.import_module("cutequant.reference")
+    raise AttributeError(f"module 'cutequant' has no attribute {name!r}")

@@ -1,10 +1,17 @@
-"""``cutequant`` command line: inspect rendered kernels, precompile the cache, show cache state.
+"""``cutequant`` command line: kernel variants, their rendered source, and the kernel cache.
 
-cutequant list                              every kernel variant (family + switches)
-cutequant show-kernel group_amax rht=false  print the rendered CuTe DSL module of a spec
-cutequant precompile [--family F] [--jobs N]
-                                            compile every variant into the disk cache
-cutequant cache-info                        cache directory, entries, key ingredients
+  cutequant list [--family F] [--options]     kernel variants, as show-kernel arguments
+  cutequant show-kernel FAMILY [KEY=VALUE ...]
+                                              print the rendered CuTe DSL module of a spec
+  cutequant precompile [--family F] [--jobs N]
+                                              compile every variant into the disk cache
+                                              (no GPU needed: run it on a build box)
+  cutequant cache info | list | verify | clear
+                                              the disk cache: state, entries, checks, removal
+
+A kernel spec is a family plus KEY=VALUE options: booleans as true/false (or 1/0, yes/no,
+on/off), integers, dtype names. Options not given keep the family's default;
+`cutequant list --options` shows every family's options and defaults.
 """
 
 from __future__ import annotations
@@ -14,9 +21,12 @@ import dataclasses
 import itertools
 import os
 import sys
-from concurrent.futures import ProcessPoolExecutor
+import time
+import warnings
 
 from cutequant.codegen import specs as S
+
+# --------------------------------------------------------------------------- kernel variants
 
 
 def _variants(cls, arch: str, **choices):
@@ -77,87 +87,470 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
     return out
 
 
-FAMILIES = {
-    cls.family: cls
-    for cls in (S.GroupTablesSpec, S.GroupAmaxSpec, S.Nvfp4QuantizeSpec, S.Fp8QuantizeSpec)
-}
+def _spec_classes() -> dict[str, type[S.KernelSpec]]:
+    """Every concrete spec class by family (a new family is found without editing this file)."""
+    found: dict[str, type[S.KernelSpec]] = {}
+    stack = list(S.KernelSpec.__subclasses__())
+    while stack:
+        cls = stack.pop()
+        stack += cls.__subclasses__()
+        if cls.family:
+            found[cls.family] = cls
+    return dict(sorted(found.items()))
 
 
-def _parse_value(text: str, current):
-    if isinstance(current, bool):
-        if text.lower() in ("1", "true", "yes", "on"):
+FAMILIES = _spec_classes()
+
+# --------------------------------------------------------------------------- KEY=VALUE specs
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def spec_options(family: str) -> dict[str, object]:
+    """The options of a family and their defaults: its own fields, then its tile plan's fields
+    under their own names (``stages=6``), as ``list`` prints them and ``show-kernel`` takes them."""
+    default = FAMILIES[family]()
+    out: dict[str, object] = {}
+    for f in dataclasses.fields(default):
+        value = getattr(default, f.name)
+        if f.name == "arch":
+            continue
+        if f.name == "plan":
+            out.update(dataclasses.asdict(value))
+        else:
+            out[f.name] = value
+    return out
+
+
+def _format_value(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def spec_to_args(spec: S.KernelSpec) -> list[str]:
+    """``[family, KEY=VALUE ...]`` for the options where ``spec`` differs from the default."""
+    defaults = spec_options(spec.family)
+    current = spec_options_of(spec)
+    changed = [f"{k}={_format_value(v)}" for k, v in current.items() if v != defaults[k]]
+    return [spec.family, *changed]
+
+
+def spec_options_of(spec: S.KernelSpec) -> dict[str, object]:
+    out = {}
+    for f in dataclasses.fields(spec):
+        value = getattr(spec, f.name)
+        if f.name == "plan":
+            out.update(dataclasses.asdict(value))
+        elif f.name != "arch":
+            out[f.name] = value
+    return out
+
+
+def _parse_value(key: str, text: str, default):
+    if isinstance(default, bool):
+        if text.lower() in _TRUE:
             return True
-        if text.lower() in ("0", "false", "no", "off"):
+        if text.lower() in _FALSE:
             return False
-        raise SystemExit(f"expected a boolean, got {text!r}")
-    if isinstance(current, int):
-        return int(text, 0)
+        raise ValueError(f"option {key}: expected true or false, got {text!r}")
+    if isinstance(default, int):
+        try:
+            return int(text, 0)
+        except ValueError:
+            raise ValueError(f"option {key}: expected an integer, got {text!r}") from None
     return text
 
 
-def spec_from_args(family: str, options: list[str], arch: str) -> S.KernelSpec:
+def spec_from_args(family: str, options: list[str], arch: str = "sm_90a") -> S.KernelSpec:
+    """The spec named by ``family`` and ``KEY=VALUE`` options; ValueError naming the bad
+    option and the rule it breaks."""
     if family not in FAMILIES:
-        raise SystemExit(f"unknown family {family!r}; one of: {', '.join(sorted(FAMILIES))}")
-    spec = FAMILIES[family](arch=arch)
-    changes = {}
+        raise ValueError(f"unknown family {family!r}; one of: {', '.join(FAMILIES)}")
+    known = spec_options(family)
+    default = FAMILIES[family](arch=arch)
+    fields = {f.name for f in dataclasses.fields(default)}
+    changes: dict[str, object] = {}
+    plan_changes: dict[str, object] = {}
     for opt in options:
-        if "=" not in opt:
-            raise SystemExit(f"options are key=value, got {opt!r}")
-        k, v = opt.split("=", 1)
-        if not hasattr(spec, k) or k == "plan":
-            fields = [f.name for f in dataclasses.fields(spec) if f.name not in ("arch", "plan")]
-            raise SystemExit(f"{family} has no option {k!r}; options: {', '.join(fields)}")
-        changes[k] = _parse_value(v, getattr(spec, k))
-    return dataclasses.replace(spec, **changes)
+        key, sep, text = opt.partition("=")
+        if not sep or not key:
+            raise ValueError(f"options are KEY=VALUE, got {opt!r}")
+        if key not in known:
+            raise ValueError(f"{family} has no option {key!r}; options: {', '.join(known)}")
+        value = _parse_value(key, text, known[key])
+        (changes if key in fields else plan_changes)[key] = value
+    if plan_changes:
+        changes["plan"] = dataclasses.replace(default.plan, **plan_changes)
+    return dataclasses.replace(default, **changes)
 
 
-def _compile_one(key_and_spec):
+def spec_from_key(key: str) -> S.KernelSpec:
+    """The spec whose ``spec.key()`` is ``key`` (an entry's metadata); ValueError if none."""
+    import json
+
+    try:
+        fields = json.loads(key)
+        cls = FAMILIES[fields.pop("family")]
+        if "plan" in fields:
+            fields["plan"] = S.TilePlan(**fields["plan"])
+        return cls(**fields)
+    except (TypeError, KeyError, AttributeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a spec key: {key!r} ({exc})") from None
+
+
+def _options_text() -> str:
+    lines = []
+    for family in FAMILIES:
+        opts = " ".join(f"{k}={_format_value(v)}" for k, v in spec_options(family).items())
+        lines.append(f"  {family}: {opts}")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- precompile
+
+
+def _precompile_one(spec: S.KernelSpec) -> tuple[S.KernelSpec, str, str]:
+    """(spec, status, detail) for one spec; warnings become part of the detail so that the
+    parent prints them once, beside the spec they belong to."""
     from cutequant import jit
 
-    spec = key_and_spec
-    jit.get_kernel(spec)
-    return spec.describe(), jit.stats.export_failures == 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outcome = jit.precompile(spec)
+    notes = [str(w.message) for w in caught]
+    detail = "; ".join(x for x in [outcome.detail, *notes] if x)
+    return spec, outcome.status, detail
+
+
+def _run_precompile(specs, jobs: int, progress: bool) -> list[tuple[S.KernelSpec, str, str]]:
+    """(spec, status, detail) for every spec, in the order of ``specs``."""
+    from tqdm import tqdm
+
+    results: list = [None] * len(specs)
+    bar = tqdm(total=len(specs), desc="precompile", unit="kernel", disable=not progress)
+    try:
+        if jobs == 1:
+            for i, spec in enumerate(specs):
+                results[i] = _precompile_one(spec)
+                bar.update()
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
+
+            # cute.compile is not thread-safe: parallelism is per process. spawn, not fork: the
+            # parent runs tqdm's monitor thread, and fork with threads is unsafe.
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+                futures = {pool.submit(_precompile_one, s): i for i, s in enumerate(specs)}
+                for fut in as_completed(futures):
+                    results[futures[fut]] = fut.result()
+                    bar.update()
+    finally:
+        bar.close()
+    return results
+
+
+def cmd_precompile(args) -> int:
+    from cutequant import cache
+
+    specs = [s for s in all_specs(args.arch) if not args.family or s.family in args.family]
+    root = cache.cache_dir()
+    if not cache.disk_cache_enabled():
+        print(
+            "cutequant precompile: the disk cache is disabled (CUTEQUANT_DISABLE_DISK_CACHE); "
+            "nothing to precompile into",
+            file=sys.stderr,
+        )
+        return 1
+    mode, reason = cache.probe(root)
+    if mode != "rw":
+        print(
+            f"cutequant precompile: cache directory {root} is not usable: {reason}", file=sys.stderr
+        )
+        return 1
+    start = time.monotonic()
+    results = _run_precompile(specs, args.jobs, args.progress)
+    counts = {"compiled": 0, "cached": 0, "failed": 0}
+    for spec, status, detail in results:
+        counts[status] = counts.get(status, 0) + 1
+        if status == "failed" or args.verbose:
+            print(f"{status}: {' '.join(spec_to_args(spec))}" + (f" ({detail})" if detail else ""))
+    print(
+        f"precompile {args.arch}: {len(specs)} kernels, {counts['compiled']} compiled, "
+        f"{counts['cached']} already cached, {counts['failed']} failed "
+        f"in {time.monotonic() - start:.1f} s; cache {root}"
+    )
+    return 1 if counts["failed"] else 0
+
+
+# --------------------------------------------------------------------------- cache commands
+
+
+def _current() -> dict:
+    from cutequant import jit
+
+    return {"dsl": jit.dsl_version(), "sources": jit.source_fingerprint()}
+
+
+def _usable_for_reading(root, cmd: str) -> bool:
+    from cutequant import cache
+
+    mode, reason = cache.probe(root, create=False)
+    if mode == "off":
+        print(
+            f"cutequant cache {cmd}: cache directory {root} is unusable: {reason}", file=sys.stderr
+        )
+        return False
+    return True
+
+
+def cmd_cache_info(args) -> int:
+    from cutequant import cache, jit
+
+    root = cache.cache_dir()
+    enabled = cache.disk_cache_enabled()
+    mode, reason = cache.probe(root, create=False)
+    state = {
+        "rw": "usable",
+        "ro": f"read-only ({reason})",
+        "off": f"UNUSABLE ({reason})",
+        "missing": "not created yet",
+    }[mode]
+    print(f"cache dir: {root}: {state}")
+    print(f"disk cache: {'on' if enabled else 'off (CUTEQUANT_DISABLE_DISK_CACHE)'}")
+    print(f"nvidia-cutlass-dsl {jit.dsl_version()}; sources {jit.source_fingerprint()[:16]}")
+    if mode == "off":
+        return 1
+    reports = cache.inspect_entries(root, _current())
+    by_status = {
+        s: [r for r in reports if r.status == s] for s in ("ok", "other install", "invalid")
+    }
+    size = sum(r.size for r in reports)
+    print(
+        f"{len(reports)} entries ({size / 1e6:.1f} MB): {len(by_status['ok'])} for this install, "
+        f"{len(by_status['other install'])} for another install, "
+        f"{len(by_status['invalid'])} invalid; {len(cache.stray_files(root))} stray temporary files"
+    )
+    return 0
+
+
+def cmd_cache_list(args) -> int:
+    from cutequant import cache
+
+    root = cache.cache_dir()
+    if not _usable_for_reading(root, "list"):
+        return 1
+    reports = cache.inspect_entries(root, _current())
+    for r in reports:
+        meta = r.meta or {}
+        try:
+            what = " ".join(spec_to_args(spec_from_key(meta.get("spec", ""))))
+        except ValueError:
+            what = meta.get("family", "?")
+        extra = f" ({r.detail})" if r.detail else ""
+        print(f"{r.status:13} {meta.get('arch', '?'):7} {r.size:>7} B  {r.name}  {what}{extra}")
+    print(f"{len(reports)} entries in {root / 'kernels'}")
+    return 0
+
+
+def cmd_cache_verify(args) -> int:
+    from cutequant import cache
+
+    root = cache.cache_dir()
+    if not _usable_for_reading(root, "verify"):
+        return 1
+    reports = cache.inspect_entries(root, _current())
+    bad = [r for r in reports if r.status == "invalid"]
+    strays = cache.stray_files(root)
+    for r in bad:
+        print(f"invalid: {r.name}: {r.detail}")
+    for p in strays:
+        print(f"stray temporary file: {p}")
+    if args.remove_invalid:
+        entries = [cache.Entry(root, r.name) for r in bad]
+        paths = strays + [p for e in entries for p in (e.obj, e.meta)]
+        if not _remove(paths, root, "verify"):
+            return 1
+    ok = sum(r.status == "ok" for r in reports)
+    other = sum(r.status == "other install" for r in reports)
+    print(
+        f"{len(reports)} entries: {ok} valid, {other} valid for another install, {len(bad)} invalid"
+    )
+    return 1 if (bad or strays) and not args.remove_invalid else 0
+
+
+def cmd_cache_clear(args) -> int:
+    from cutequant import cache
+
+    root = cache.cache_dir()
+    if not _usable_for_reading(root, "clear"):
+        return 1
+    if args.stale:
+        reports = cache.inspect_entries(root, _current())
+        paths = cache.stray_files(root)
+        for r in reports:
+            if r.status != "ok":
+                entry = cache.Entry(root, r.name)
+                paths += [entry.obj, entry.meta]
+    else:
+        paths = cache.all_files(root)
+    return 0 if _remove(paths, root, "clear") else 1
+
+
+def _remove(paths, root, cmd: str) -> bool:
+    """Remove ``paths``; False (after a message) when the directory does not allow it."""
+    from cutequant import cache
+
+    try:
+        removed = cache.remove_paths(paths)
+    except OSError as exc:
+        print(f"cutequant cache {cmd}: cannot remove files from {root}: {exc}", file=sys.stderr)
+        return False
+    print(f"removed {removed} files from {root}")
+    return True
+
+
+# --------------------------------------------------------------------------- argument parsing
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def _add_cache_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="kernel cache directory (default: $CUTEQUANT_CACHE_DIR, else "
+        "$XDG_CACHE_HOME/cutequant, else ~/.cache/cutequant)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    p = argparse.ArgumentParser(prog="cutequant", description=__doc__, formatter_class=fmt)
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    families = list(FAMILIES)
+
+    ls = sub.add_parser("list", help="kernel variants that precompile builds")
+    ls.add_argument("--family", action="append", choices=families, help="only this family")
+    ls.add_argument(
+        "--options", action="store_true", help="print each family's options and defaults instead"
+    )
+
+    show = sub.add_parser(
+        "show-kernel",
+        help="print the rendered CuTe DSL module of a kernel spec",
+        formatter_class=fmt,
+        epilog="options and defaults per family:\n" + _options_text(),
+    )
+    show.add_argument("family", choices=families, help="kernel family")
+    show.add_argument(
+        "options",
+        nargs="*",
+        metavar="KEY=VALUE",
+        help="spec options (booleans true/false, integers, dtype names); "
+        "the rest keep their defaults",
+    )
+
+    pre = sub.add_parser(
+        "precompile",
+        help="compile every kernel variant into the disk cache (no GPU needed)",
+        description="Compile every kernel variant (`cutequant list`) for an arch into the disk "
+        "cache. Prints a summary; exits 1 if any kernel failed to compile or to be written.",
+    )
+    pre.add_argument(
+        "--arch", default=S.ARCHS[0], choices=S.ARCHS, help="target GPU arch (default %(default)s)"
+    )
+    pre.add_argument(
+        "--family", action="append", choices=families, help="only this family (repeatable)"
+    )
+    pre.add_argument(
+        "--jobs",
+        "-j",
+        metavar="N",
+        type=_positive_int,
+        default=max(1, (os.cpu_count() or 2) // 2),
+        help="compiler processes (>= 1; default %(default)s)",
+    )
+    pre.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=sys.stderr.isatty(),
+        help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    pre.add_argument("--verbose", "-v", action="store_true", help="one line per kernel")
+    _add_cache_dir(pre)
+
+    cache_p = sub.add_parser("cache", help="inspect, verify or clear the disk cache")
+    csub = cache_p.add_subparsers(dest="cache_cmd", required=True, metavar="ACTION")
+    for name, text in (
+        ("info", "cache directory, its state and entry counts"),
+        ("list", "every entry: family, arch, size, status"),
+    ):
+        _add_cache_dir(csub.add_parser(name, help=text))
+    ver = csub.add_parser(
+        "verify",
+        help="check every entry's metadata and checksum (exit 1 if any is invalid)",
+    )
+    ver.add_argument(
+        "--remove-invalid",
+        action="store_true",
+        help="delete invalid entries and stray temporary files",
+    )
+    _add_cache_dir(ver)
+    clr = csub.add_parser("clear", help="delete the cache's files")
+    clr.add_argument(
+        "--stale",
+        action="store_true",
+        help="only invalid entries, entries of other installs and stray temporary files",
+    )
+    _add_cache_dir(clr)
+
+    info = sub.add_parser("cache-info", help="deprecated: use `cutequant cache info`")
+    _add_cache_dir(info)
+    return p
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(
-        prog="cutequant", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("list")
-    show = sub.add_parser("show-kernel")
-    show.add_argument("family")
-    show.add_argument("options", nargs="*")
-    pre = sub.add_parser("precompile")
-    pre.add_argument("--arch", default="sm_90a")
-    pre.add_argument("--family", default=None)
-    pre.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2) // 2))
-    sub.add_parser("cache-info")
-    args = p.parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "cache_dir", None):
+        os.environ["CUTEQUANT_CACHE_DIR"] = args.cache_dir  # the workers inherit it
 
     if args.cmd == "list":
+        if args.options:
+            print(_options_text())
+            return 0
         for spec in all_specs():
-            print(spec.describe())
+            if not args.family or spec.family in args.family:
+                print(" ".join(spec_to_args(spec)))
     elif args.cmd == "show-kernel":
         from cutequant.codegen import render
 
-        sys.stdout.write(render(spec_from_args(args.family, args.options, "sm_90a")))
+        try:
+            spec = spec_from_args(args.family, args.options)
+        except (ValueError, TypeError) as exc:
+            parser.error(f"show-kernel: {exc}")
+        sys.stdout.write(render(spec))
     elif args.cmd == "precompile":
-        specs = [s for s in all_specs(args.arch) if args.family in (None, s.family)]
-        # cute.compile is not thread-safe: parallelism is per process.
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            for desc, exported in pool.map(_compile_one, specs):
-                print(f"{'cached' if exported else 'compiled (no disk write)'}: {desc}")
+        return cmd_precompile(args)
     elif args.cmd == "cache-info":
-        from cutequant import jit
-
-        d = jit.cache_dir()
-        entries = sorted((d / "kernels").glob("*.o")) if (d / "kernels").exists() else []
-        print(f"cache dir: {d} (disk cache {'on' if jit.disk_cache_enabled() else 'off'})")
-        print(f"nvidia-cutlass-dsl {jit.dsl_version()}; sources {jit.source_fingerprint()[:16]}")
-        print(f"{len(entries)} compiled entries")
-        for e in entries:
-            print(f"  {e.name}  {e.stat().st_size} B")
+        print("cutequant: `cache-info` is deprecated; use `cutequant cache info`", file=sys.stderr)
+        return cmd_cache_info(args)
+    elif args.cmd == "cache":
+        return {
+            "info": cmd_cache_info,
+            "list": cmd_cache_list,
+            "verify": cmd_cache_verify,
+            "clear": cmd_cache_clear,
+        }[args.cache_cmd](args)
     return 0
 
 

@@ -3,37 +3,38 @@
 ``get_kernel(spec)`` returns a callable launcher for a spec:
 
 1. in-memory dict keyed by the spec (arch included);
-2. disk: ``<cache dir>/kernels/<name>.o`` written with ``export_to_c`` and loaded with
-   ``cute.runtime.load_module``; the entry key hashes the spec, the nvidia-cutlass-dsl version and
-   a fingerprint of every source file of this package, so an upgrade or an edit never loads a
-   stale binary. Writes go to a temporary directory and are renamed into place under an
-   exclusive file lock; an entry that fails to load is deleted and recompiled;
-3. otherwise: render the template, import the module, ``cute.compile`` it for the spec's arch.
+2. disk (``cutequant.cache``): ``<cache dir>/kernels/<name>.o`` written with ``export_to_c`` and
+   loaded with ``cute.runtime.load_module(..., enable_tvm_ffi=True)``, beside a metadata file
+   checked on every load (spec, arch, DSL version, source fingerprint, size, sha256). The
+   entry name hashes the spec, the nvidia-cutlass-dsl version and a fingerprint of every
+   source file of this package, so an upgrade or an edit never loads a stale binary. An entry
+   that fails a check or does not load is reported (one warning), recompiled and replaced;
+3. otherwise: render the template, import the module, ``cute.compile`` it for the spec's arch
+   (works without a GPU: ``cutequant precompile`` on a build box fills the disk cache).
 
-Cache directory: ``$CUTEQUANT_CACHE_DIR``, else ``$XDG_CACHE_HOME/cutequant``, else
-``~/.cache/cutequant``. ``CUTEQUANT_DISABLE_DISK_CACHE=1`` turns the disk layer off.
+A disk cache that cannot be used (``cache.directory_mode``) costs one warning; kernels are then
+kept in memory. ``CUTEQUANT_DISABLE_DISK_CACHE=1`` turns the disk layer off.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import importlib.util
 import json
-import os
-import shutil
 import sys
-import tempfile
 import threading
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cutequant import cache
+from cutequant.cache import cache_dir, disk_cache_enabled
 from cutequant.codegen import module_name, render
 from cutequant.codegen.specs import KernelSpec
+
+__all__ = ["cache_dir", "disk_cache_enabled", "get_kernel", "compile_spec", "precompile"]
 
 _LOCK = threading.RLock()
 _MEMORY: dict[KernelSpec, Callable[..., Any]] = {}
@@ -42,27 +43,17 @@ _MODULES: dict[str, Any] = {}
 
 @dataclass
 class CacheStats:
-    """Counters for tests and ``cutequant cache-info``."""
+    """Counters for tests and the CLI (per process, cumulative)."""
 
     compiles: int = 0
     disk_loads: int = 0
     disk_writes: int = 0
     memory_hits: int = 0
-    export_failures: int = 0
+    invalid_entries: int = 0  # entries that failed a check or did not load (then recompiled)
+    write_failures: int = 0  # compiled kernels that could not be written to the disk cache
 
 
 stats = CacheStats()
-
-
-def cache_dir() -> Path:
-    if os.environ.get("CUTEQUANT_CACHE_DIR"):
-        return Path(os.environ["CUTEQUANT_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "cutequant"
-
-
-def disk_cache_enabled() -> bool:
-    return os.environ.get("CUTEQUANT_DISABLE_DISK_CACHE", "0") not in ("1", "true", "yes")
 
 
 def _package_dirs() -> list[Path]:
@@ -109,37 +100,62 @@ def entry_name(spec: KernelSpec) -> str:
     return f"cq_{spec.family}_{entry_key(spec)[:24]}"
 
 
+def entry_metadata(spec: KernelSpec) -> dict:
+    """What an entry's metadata must hold to be loaded for ``spec`` by this install."""
+    return {
+        "spec": spec.key(),
+        "family": spec.family,
+        "arch": spec.arch,
+        "dsl": dsl_version(),
+        "sources": source_fingerprint(),
+    }
+
+
 # --------------------------------------------------------------------------- rendered modules
+
+_PRIVATE_SRC: Path | None = None
+
+
+def _source_dir() -> Path:
+    """``<cache dir>/src`` when the cache is writable, else a private temporary directory
+    (removed at exit): the DSL needs the rendered module in a real file either way."""
+    global _PRIVATE_SRC
+    root = cache_dir()
+    if cache.directory_mode(root) == "rw":
+        with contextlib.suppress(OSError):  # someone may have removed it; a failure shows later
+            (root / "src").mkdir(parents=True, exist_ok=True)
+        return root / "src"
+    if _PRIVATE_SRC is None:
+        import atexit
+        import shutil
+        import tempfile
+
+        _PRIVATE_SRC = Path(tempfile.mkdtemp(prefix="cutequant-src-"))
+        atexit.register(shutil.rmtree, _PRIVATE_SRC, ignore_errors=True)
+    return _PRIVATE_SRC
 
 
 def load_module(spec: KernelSpec):
-    """Render the spec's template to ``<cache dir>/src/<name>.py`` and import it.
-
-    The source must live in a real file: the DSL reads the source of ``@cute.jit`` functions.
-    """
+    """Render the spec's template to ``<source dir>/<name>.py`` and import it."""
     name = module_name(spec)
     with _LOCK:
         if name in _MODULES:
             return _MODULES[name]
         source = render(spec)
-        src_dir = cache_dir() / "src"
-        src_dir.mkdir(parents=True, exist_ok=True)
-        path = src_dir / f"{name}.py"
-        if not path.exists() or path.read_text() != source:
-            _atomic_write(path, source.encode())
+        path = _source_dir() / f"{name}.py"
+        try:
+            if not path.is_file() or path.read_text() != source:
+                cache.write_file(path, source.encode())
+        except OSError as exc:  # a full disk or a directory that went away since the probe
+            cache.stop_writing(cache_dir(), exc)
+            path = _source_dir() / f"{name}.py"
+            cache.write_file(path, source.encode())
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module
         mod_spec.loader.exec_module(module)
         _MODULES[name] = module
         return module
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
 
 
 # --------------------------------------------------------------------------- compile + caches
@@ -170,55 +186,82 @@ def check_tvm_ffi(fn) -> None:
         raise RuntimeError(f"cutequant: expected a TVM-FFI kernel, got {type(fn)!r}")
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-def _disk_paths(spec: KernelSpec) -> tuple[Path, Path, Path]:
-    d = cache_dir() / "kernels"
-    name = entry_name(spec)
-    return d / f"{name}.o", d / f"{name}.json", d / f"{name}.lock"
-
-
-def _try_load(obj_path: Path, name: str):
+def _load_entry(entry: cache.Entry, expected: dict, *, replace: bool):
+    """The entry's kernel if it passes every check and loads; else None, after one warning
+    (and removing the entry when it is to be replaced)."""
     import cutlass.cute as cute
 
-    if not obj_path.exists():
+    if not entry.exists():
         return None
-    try:
-        fn = cute.runtime.load_module(str(obj_path), enable_tvm_ffi=True)[name]
-        check_tvm_ffi(fn)
-        return fn
-    except Exception as exc:  # corrupt or truncated entry: drop it, recompile
-        warnings.warn(f"cutequant: dropping unreadable cache entry {obj_path}: {exc}", stacklevel=3)
-        with contextlib.suppress(OSError):
-            obj_path.unlink()
-        return None
+    problem = cache.check_entry(entry, expected)
+    if problem is None:
+        try:
+            fn = cute.runtime.load_module(str(entry.obj), enable_tvm_ffi=True)[entry.name]
+            check_tvm_ffi(fn)
+            return fn
+        except Exception as exc:  # a sound file the loader still rejects: recompile
+            problem = f"does not load: {type(exc).__name__}: {exc}"
+    stats.invalid_entries += 1
+    action = "recompiling and replacing it" if replace else "compiling into memory"
+    cache.warn(f"cutequant: cache entry {entry.obj} is invalid ({problem}); {action}")
+    if replace:
+        with contextlib.suppress(OSError):  # write_entry's renames replace it anyway
+            entry.remove()
+    return None
 
 
-def _export(compiled, spec: KernelSpec, obj_path: Path, meta_path: Path) -> bool:
-    name = entry_name(spec)
-    tmp = Path(tempfile.mkdtemp(dir=obj_path.parent, prefix=".export-"))
-    try:
-        compiled.export_to_c(str(tmp / f"{name}.o"), function_name=name)
-        os.replace(tmp / f"{name}.o", obj_path)
-        meta = {"spec": spec.key(), "dsl": dsl_version(), "sources": source_fingerprint()}
-        _atomic_write(meta_path, json.dumps(meta, indent=1).encode())
+@dataclass(frozen=True)
+class Outcome:
+    """How ``resolve`` got a kernel: "cached" (a valid disk entry), "compiled" (and written to
+    the disk cache), "memory" (compiled, disk cache off or read-only), "failed" (compiled but
+    the write failed: ``detail`` says why)."""
+
+    status: str
+    detail: str = ""
+
+
+def resolve(spec: KernelSpec, *, use_disk: bool | None = None) -> tuple[Any, Outcome]:
+    """A kernel for ``spec`` from the disk cache or a fresh compile (never the memory cache)."""
+    if use_disk is None:
+        use_disk = disk_cache_enabled()
+    root = cache_dir()
+    mode = cache.directory_mode(root) if use_disk else "off"
+    if mode == "off":
+        return compile_spec(spec), Outcome("memory", "disk cache off or unusable")
+    entry = cache.Entry(root, entry_name(spec))
+    expected = entry_metadata(spec)
+    writable = mode == "rw"
+    # the lock is not held while compiling: one lock per directory, and compiles of other
+    # kernels by other processes (precompile --jobs) must not wait for this one
+    with cache.directory_lock(root) if writable else contextlib.nullcontext():
+        fn = _load_entry(entry, expected, replace=writable)
+    if fn is not None:
+        stats.disk_loads += 1
+        return fn, Outcome("cached")
+    compiled = compile_spec(spec)
+    if not writable:
+        return compiled, Outcome("memory", f"cache directory {root} is not writable")
+    with cache.directory_lock(root):
+        try:
+            cache.write_entry(
+                entry,
+                lambda path: compiled.export_to_c(str(path), function_name=entry.name),
+                expected,
+            )
+        except OSError as exc:  # full disk, permissions: the same for every later write
+            stats.write_failures += 1
+            cache.stop_writing(root, exc)
+            return compiled, Outcome("failed", f"{type(exc).__name__}: {exc}")
+        except Exception as exc:  # the DSL's export itself failed
+            stats.write_failures += 1
+            cache.warn(f"cutequant: exporting {entry.name} failed ({exc}); kept in memory")
+            return compiled, Outcome("failed", f"export failed: {type(exc).__name__}: {exc}")
         stats.disk_writes += 1
-        return True
-    except Exception as exc:  # e.g. no CUDA driver on a CPU-only machine
-        stats.export_failures += 1
-        warnings.warn(f"cutequant: disk cache write failed ({exc}); kept in memory", stacklevel=3)
-        return False
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        loaded = _load_entry(entry, expected, replace=True)
+    if loaded is None:
+        stats.write_failures += 1
+        return compiled, Outcome("failed", "the written entry did not load back")
+    return loaded, Outcome("compiled")
 
 
 def get_kernel(spec: KernelSpec, *, use_disk: bool | None = None) -> Callable[..., Any]:
@@ -228,29 +271,24 @@ def get_kernel(spec: KernelSpec, *, use_disk: bool | None = None) -> Callable[..
     if fn is not None:
         stats.memory_hits += 1
         return fn
-    if use_disk is None:
-        use_disk = disk_cache_enabled()
     with _LOCK:
         fn = _MEMORY.get(key)
-        if fn is not None:
-            return fn
-        if not use_disk:
-            fn = compile_spec(spec)
-        else:
-            obj_path, meta_path, lock_path = _disk_paths(spec)
-            name = entry_name(spec)
-            with _file_lock(lock_path):
-                fn = _try_load(obj_path, name)
-                if fn is not None:
-                    stats.disk_loads += 1
-                else:
-                    compiled = compile_spec(spec)
-                    fn = compiled
-                    if _export(compiled, spec, obj_path, meta_path):
-                        loaded = _try_load(obj_path, name)
-                        fn = loaded if loaded is not None else compiled
-        _MEMORY[key] = fn
+        if fn is None:
+            fn, _ = resolve(spec, use_disk=use_disk)
+            _MEMORY[key] = fn
         return fn
+
+
+def precompile(spec: KernelSpec) -> Outcome:
+    """Make sure the disk cache holds a valid entry for ``spec`` (``cutequant precompile``).
+    Never raises: a compile error is a "failed" outcome whose detail names it."""
+    try:
+        _, outcome = resolve(spec, use_disk=True)
+    except Exception as exc:
+        return Outcome("failed", f"{type(exc).__name__}: {exc}")
+    if outcome.status == "memory":
+        return Outcome("failed", outcome.detail)
+    return outcome
 
 
 def clear_memory_cache() -> None:

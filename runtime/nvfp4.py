@@ -237,11 +237,11 @@ def nvfp4_group_quantize(
     is False. ``amax``: per-group (row, col) amax to use; computed with ``group_amax`` when None.
     ``fast_math``: TE's fast-math (rcp.approx reciprocal, no bf16 rounding of the RHT output).
     ``stochastic_rounding``: the e2m1 values of both directions are rounded stochastically (TE's
-    SR rule, te_semantics.md §1.4; the scales are unchanged) with Philox4x32-10 bits drawn from
+    SR rule, docs/numerics.md §1.4; the scales are unchanged) with Philox4x32-10 bits drawn from
     ``rng_state`` (int64 [2] = (seed, offset) on x's device); when None, a fresh state is drawn
     with ``torch.randint`` on x's device (CUDA-graph safe). The bits are a function of the
     state and each block's position only, so a result is reproducible from its ``rng_state``.
-    ``amax_estimation_scale``: post-RHT amax estimation (TE PR #2521, te_semantics.md §3.4): the
+    ``amax_estimation_scale``: post-RHT amax estimation (TE PR #2521, docs/numerics.md §3.4): the
     amax pass skips the RHT and sets ``amax_col = amax_row * scale`` (TE's defaults: 2.0 for
     activations, 1.0 for gradients); not with a given ``amax``.
 

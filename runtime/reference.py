@@ -1,6 +1,6 @@
 """Bit-exact pure-torch reference of the Transformer Engine NVFP4 / RHT / FP8 numerics.
 
-Every function follows ``/work/shared/reference/te_semantics.md`` (TE commit ``d0067d0``); the
+Every function follows ``docs/numerics.md`` (TE commit ``d0067d0``); the
 section implemented is named in each docstring.  Everything is vectorized torch and
 device-agnostic: it runs on ``x.device`` (CPU or CUDA) and uses no CUDA-only ops.  Python loops
 only run over groups, RHT band/limb indices or column chunks, never over elements.

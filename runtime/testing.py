@@ -12,8 +12,9 @@ POISON_BYTE = 0xA5
 
 def with_plan(builder, **settings):
     """Wrap a runtime spec builder (``fp8._spec``, ``nvfp4._spec``, ``amax._spec``) so that every
-    spec it returns carries ``settings`` in its TilePlan: how tests and perf/plan_sweep.py run
-    the kernels with other tile plans (each plan is its own compiled kernel)."""
+    spec it returns carries ``settings`` in its TilePlan: how tests and
+    perf/probes/plan_sweep.py run the kernels with other tile plans (each plan is its own
+    compiled kernel)."""
 
     def build(*args, **kwargs):
         spec = builder(*args, **kwargs)

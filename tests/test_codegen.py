@@ -112,8 +112,10 @@ def test_cli_show_kernel(capsys):
     assert cli.main(["show-kernel", "nvfp4_quantize", "rht=false", "swizzled=true"]) == 0
     out = capsys.readouterr().out
     assert "Grouped NVFP4 quantize" in out and "rht=False" in out and "swizzled=True" in out
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exc:
         cli.main(["show-kernel", "nvfp4_quantize", "bogus=1"])
+    assert exc.value.code == 2
+    assert "nvfp4_quantize has no option 'bogus'" in capsys.readouterr().err
     assert cli.main(["list"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == len(ALL)
 

@@ -104,39 +104,6 @@ def test_thousands_of_groups():
     assert int(t[0, -1]) == sum(splits)
 
 
-def test_cache_dir_and_disable_env(monkeypatch, tmp_path):
-    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(tmp_path / "c"))
-    assert jit.cache_dir() == tmp_path / "c"
-    monkeypatch.delenv("CUTEQUANT_CACHE_DIR")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
-    assert jit.cache_dir() == tmp_path / "x" / "cutequant"
-    monkeypatch.setenv("CUTEQUANT_DISABLE_DISK_CACHE", "1")
-    assert not jit.disk_cache_enabled()
-    monkeypatch.setenv("CUTEQUANT_DISABLE_DISK_CACHE", "0")
-    assert jit.disk_cache_enabled()
-
-
-def test_entry_key_covers_dsl_version_and_sources(monkeypatch):
-    spec = S.GroupAmaxSpec()
-    key = jit.entry_key(spec)
-    monkeypatch.setattr(jit, "dsl_version", lambda: "9.9.9")
-    assert jit.entry_key(spec) != key
-    monkeypatch.undo()
-    monkeypatch.setattr(jit, "_FINGERPRINT", "0" * 64)
-    assert jit.entry_key(spec) != key
-    monkeypatch.undo()
-    assert jit.entry_key(spec) == key
-    assert jit.entry_key(S.GroupAmaxSpec(rht=False)) != key
-
-
-def test_corrupt_disk_entry_is_dropped(tmp_path):
-    bad = tmp_path / "broken.o"
-    bad.write_bytes(b"\x7fELF but not really")
-    with pytest.warns(UserWarning, match="dropping unreadable cache entry"):
-        assert jit._try_load(bad, "whatever") is None
-    assert not bad.exists()
-
-
 def test_rendered_source_is_written_atomically(monkeypatch, tmp_path):
     monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(tmp_path))
     spec = S.GroupTablesSpec(splits_int64=True)

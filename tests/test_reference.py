@@ -1,4 +1,4 @@
-"""CPU tests for cutequant.reference (TE NVFP4 / RHT / FP8 numerics, te_semantics.md).
+"""CPU tests for cutequant.reference (TE NVFP4 / RHT / FP8 numerics, docs/numerics.md).
 
 Expected values are written out by hand (with the derivation in comments) or come from small
 independent scalar oracles (numpy fp32 arithmetic, enumerated E4M3/E2M1 grids, exact rationals),
@@ -76,7 +76,7 @@ def oracle_e4m3(v: float) -> int:
 
 
 def oracle_nvfp4_row(row: list[float], amax: float) -> tuple[list[int], list[int]]:
-    """Scalar numpy-fp32 transcription of te_semantics.md checklist 9 (codes, sf bytes)."""
+    """Scalar numpy-fp32 transcription of docs/numerics.md §9 (codes, sf bytes)."""
     with np.errstate(all="ignore"):
         s_enc = f32(2688.0) / f32(amax)
         s_enc = f32(np.fmin(s_enc, f32(FLT_MAX)))
@@ -365,7 +365,7 @@ def test_dequantize_round_trip():
     ],
 )
 def test_swizzle_offset(r, c, num_cols, offset):
-    # offset = ((rb*ceil(C/4) + cb)*32 + d3)*16 + d4*4 + d5   (te_semantics.md §4)
+    # offset = ((rb*ceil(C/4) + cb)*32 + d3)*16 + d4*4 + d5   (docs/numerics.md §4)
     assert ref.swizzle_offset(r, c, num_cols) == offset
 
 

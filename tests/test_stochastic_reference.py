@@ -1,7 +1,7 @@
 """CPU tests for the stochastic-rounding reference: the Philox4x32-10 stream and TE's SR rule.
 
 Known-answer vectors are Random123's published Philox4x32-10 test vectors; the SR expectations
-are derived by hand from te_semantics.md §1.4 (grid steps 0.5 / 1 / 2, u = byte / 256)."""
+are derived by hand from docs/numerics.md §1.4 (grid steps 0.5 / 1 / 2, u = byte / 256)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,10 @@
 """Run one kernel family's GPU tests with a forced tile plan (GPU only):
 
-    python perf/plan_tests.py fp8 chunk=4 [stages=6 ...]
-    python perf/plan_tests.py nvfp4 walk_band=8
+    python perf/probes/plan_tests.py fp8 chunk=4 [stages=6 ...]
+    python perf/probes/plan_tests.py nvfp4 walk_band=8
 
 Every spec the family's runtime builds carries the given TilePlan settings (each plan is its
-own compiled kernel), so the whole bit-exact suite checks a plan before perf/plan_sweep.py
+own compiled kernel), so the whole bit-exact suite checks a plan before perf/probes/plan_sweep.py
 times it. Families: fp8 (FP8 + PDL tests), nvfp4 (NVFP4 + PDL tests), amax.
 """
 

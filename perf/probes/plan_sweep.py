@@ -1,19 +1,20 @@
 """Sweep TilePlan settings (``stages``: TMA ring depth, ``walk_band``: row tiles per band of the
 tile walk, ``ctas_per_sm``, ``chunk``: round-robin chunks of the FP8 cast) of the kernels.
 
-Usage (GPU): python perf/plan_sweep.py --configs "walk_band=1 walk_band=0 stages=6,ctas_per_sm=2"
+Usage (GPU): python perf/probes/plan_sweep.py
+    --configs "walk_band=1 walk_band=0 stages=6,ctas_per_sm=2"
     [--ops fp8,fp8_current,nvfp4,...] [--cases all | extra | name,name]
 Patches the runtime's spec builders so each run compiles the chosen value (a family that
 refuses a setting keeps its plan), then times the op (the cast kernels alone unless the op
 says otherwise: FP8 delayed scaling, NVFP4 with a precomputed amax) with perf/bench.py's
-harness. Check a plan's numerics first with perf/plan_tests.py.
+harness. Check a plan's numerics first with perf/probes/plan_tests.py.
 """
 
 import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 
 import bench  # noqa: E402
 import torch  # noqa: E402

@@ -1,6 +1,6 @@
 """Time vs size at one width: split an op's per-call cost into a fixed part and a rate.
 
-Usage (GPU): python perf/size_sweep.py [--ops copy,amax_rht,amax,fp8,fp8_row] [--n 5120]
+Usage (GPU): python perf/probes/size_sweep.py [--ops copy,amax_rht,amax,fp8,fp8_row] [--n 5120]
 
 Dense calls of M = 64 ... 32768 rows x N columns, each timed like perf/bench.py (CUDA-graph
 replay of back-to-back calls, median). A line through the largest calls gives the op's
@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 
 import bench  # noqa: E402
 import torch  # noqa: E402

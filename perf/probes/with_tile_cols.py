@@ -1,7 +1,7 @@
 """Scratch: run a script or pytest with the FP8 tile cast at another tile width.
 
-python perf/with_tile_cols.py 64 perf/bench.py --ops ...
-python perf/with_tile_cols.py 64 -m pytest tests/test_gpu_fp8.py
+python perf/probes/with_tile_cols.py 64 perf/bench.py --ops ...
+python perf/probes/with_tile_cols.py 64 -m pytest tests/test_gpu_fp8.py
 """
 
 import dataclasses

@@ -1,6 +1,6 @@
 """Probe (GPU): which store path a TMA-fed persistent kernel can write at the copy rate with.
 
-    python perf/store_path_probe.py [--m 8192,32768] [--n 5120]
+    python perf/probes/store_path_probe.py [--m 8192,32768] [--n 5120]
 
 Three dense bf16 copies y = x of the same tiles (64 rows x 128 columns, a 4-stage TMA ring
 filled by one producer thread, one CTA per SM, contiguous per-CTA tile ranges):
@@ -30,7 +30,7 @@ import torch
 from cutlass import BFloat16, Int32
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 import bench  # noqa: E402
 
 from cutequant.kernels import device as dev  # noqa: E402

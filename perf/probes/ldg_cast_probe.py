@@ -1,6 +1,6 @@
 """Probe (GPU): an FP8 cast (rowwise + transposed) built like torch's copy kernel.
 
-    python perf/ldg_cast_probe.py [--m 8192,32768] [--n 5120]
+    python perf/probes/ldg_cast_probe.py [--m 8192,32768] [--n 5120]
 
 Dense bf16 x [M, N] -> e4m3 rowwise [M, N] and transposed [N, M], one given scale: one
 256-thread CTA per 64-token x 128-column tile (no TMA, no persistence, many CTAs per SM).
@@ -21,7 +21,7 @@ import cutlass.cute as cute
 import torch
 from cutlass import BFloat16, Float32, Int32, Int64, Uint32
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 import bench  # noqa: E402
 
 from cutequant.kernels import device as dev  # noqa: E402

@@ -2,13 +2,13 @@
 (perf/NOTES.md attempt 43): power-of-two strides vs not (dense), and 64 groups of 1024 rows
 (every 64-row tile full) vs 1040 rows (a 16-row last tile per group).
 
-Usage (GPU): python perf/stride_probe.py
+Usage (GPU): python perf/probes/stride_probe.py
 """
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 
 import bench  # noqa: E402
 import torch  # noqa: E402

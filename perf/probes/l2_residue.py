@@ -13,7 +13,7 @@ graph [call, sum], median of replays) is compared across predecessors:
 * ``nvfp4 compact`` / ``nvfp4 swizzled``: with / without evict_last scale stores;
 * ``none``: W alone (the follower's L2 time).
 
-    python perf/l2_residue.py [--fractions 0.3,0.5,0.7]
+    python perf/probes/l2_residue.py [--fractions 0.3,0.5,0.7]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 import cutequant
 from cutequant import amax as amax_mod
 
-sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
 import bench  # noqa: E402
 
 
