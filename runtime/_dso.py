@@ -39,6 +39,17 @@ def link_shared(obj: Path, out: Path) -> None:
         raise RuntimeError(f"linking {obj.name} failed: {proc.stderr.strip()[-400:]}")
 
 
+def export_shared(compiled, name: str, out: Path) -> None:
+    """Export a compiled TVM-FFI kernel as the shared library ``out`` (through an object file
+    beside it, removed after linking)."""
+    obj = out.with_name(out.name + ".export.o")
+    try:
+        compiled.export_to_c(str(obj), function_name=name)
+        link_shared(obj, out)
+    finally:
+        obj.unlink(missing_ok=True)
+
+
 @functools.cache
 def runtime_library() -> str:
     """Path of the CuTe DSL runtime library (``libcute_dsl_runtime.so``) of the installed
@@ -53,12 +64,30 @@ def runtime_library() -> str:
 
 
 _LOADED: list = []
+_PRIVATE: list = []
+
+
+def _private_dir() -> Path:
+    if not _PRIVATE:
+        import atexit
+        import tempfile
+
+        _PRIVATE.append(Path(tempfile.mkdtemp(prefix="cutequant-dso-")))
+        atexit.register(shutil.rmtree, _PRIVATE[0], ignore_errors=True)
+    return _PRIVATE[0]
 
 
 def load(path: Path, name: str):
-    """``tvm_ffi.Function`` ``name`` of the shared library at ``path``."""
+    """``tvm_ffi.Function`` ``name`` of the shared library at ``path``.
+
+    A private copy is opened: ``dlopen`` maps the file, and a cache entry damaged in place
+    (truncated, overwritten) while mapped would crash the process with SIGBUS; replacing the
+    entry by rename, as the cache does, would not, but a private copy is safe against both."""
     import tvm_ffi
 
     if not _LOADED:  # its symbols resolve the library's undefined CuteDSLRT_* references
         _LOADED.append(ctypes.CDLL(runtime_library(), mode=ctypes.RTLD_GLOBAL))
-    return tvm_ffi.load_module(str(path))[name]
+    copy = _private_dir() / f"{len(_LOADED)}-{path.name}"
+    _LOADED.append(copy)
+    shutil.copyfile(path, copy)
+    return tvm_ffi.load_module(str(copy))[name]

@@ -2,7 +2,8 @@
 
 Layout of a cache directory (``cache_dir()``)::
 
-    kernels/<name>.o      the kernel, exported with ``export_to_c`` (TVM-FFI convention)
+    kernels/<name>.so     the kernel: ``export_to_c``'s TVM-FFI object linked into a shared
+                          library (``cutequant._dso``: loaded without importing the DSL)
     kernels/<name>.json   its metadata: spec, arch, DSL version, source fingerprint, sha256
     kernels/.lock         one lock file for the whole directory (never one per entry)
     src/<module>.py       rendered template modules (the DSL reads ``@cute.jit`` source files)
@@ -38,7 +39,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-FORMAT = 1  # bump when the metadata layout changes: older entries then read as invalid
+# bump when the entry or metadata layout changes: older entries then read as invalid
+# (2: the kernel is a linked shared library, was an object file)
+FORMAT = 2
 LOCK_TIMEOUT_S = 120.0  # longer than any single export; past it the cache goes on unlocked
 _TEMP_PREFIX = ".tmp-"
 
@@ -248,7 +251,7 @@ class Entry:
 
     @property
     def obj(self) -> Path:
-        return self.root / "kernels" / f"{self.name}.o"
+        return self.root / "kernels" / f"{self.name}.so"
 
     @property
     def meta(self) -> Path:
@@ -363,7 +366,7 @@ def entries(root: Path) -> list[Entry]:
     names = {
         p.stem
         for p in kernels.iterdir()
-        if p.suffix in (".o", ".json") and not p.name.startswith(".")
+        if p.suffix in (".so", ".json") and not p.name.startswith(".")
     }
     return [Entry(root, n) for n in sorted(names)]
 
@@ -416,7 +419,7 @@ def all_files(root: Path) -> list[Path]:
         out += sorted(
             p
             for p in kernels.iterdir()
-            if p.suffix in (".o", ".json") or p.name == ".lock" or p.name.startswith(_TEMP_PREFIX)
+            if p.suffix in (".so", ".json") or p.name == ".lock" or p.name.startswith(_TEMP_PREFIX)
         )
     if src.is_dir():
         out += sorted(

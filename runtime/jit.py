@@ -3,8 +3,9 @@
 ``get_kernel(spec)`` returns a callable launcher for a spec:
 
 1. in-memory dict keyed by the spec (arch included);
-2. disk (``cutequant.cache``): ``<cache dir>/kernels/<name>.o`` written with ``export_to_c`` and
-   loaded with ``cute.runtime.load_module(..., enable_tvm_ffi=True)``, beside a metadata file
+2. disk (``cutequant.cache``): ``<cache dir>/kernels/<name>.so``, the ``export_to_c`` TVM-FFI
+   object linked into a shared library and loaded with ``tvm_ffi.load_module`` without
+   importing the DSL (``cutequant._dso``: a fresh process's first call), beside a metadata file
    checked on every load (spec, arch, DSL version, source fingerprint, size, sha256). The
    entry name hashes the spec, the nvidia-cutlass-dsl version and a fingerprint of every
    source file of this package, so an upgrade or an edit never loads a stale binary. An entry
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import importlib.metadata
 import importlib.util
 import json
 import sys
@@ -29,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from cutequant import cache
+from cutequant import _dso, cache
 from cutequant.cache import cache_dir, disk_cache_enabled
 from cutequant.codegen import module_name, render
 from cutequant.codegen.specs import KernelSpec
@@ -82,9 +84,14 @@ def source_fingerprint() -> str:
 
 
 def dsl_version() -> str:
-    import cutlass
+    """The installed nvidia-cutlass-dsl version, from its package metadata (importing the DSL
+    to ask it costs 0.4-2 s; a cached kernel loads without it)."""
+    try:
+        return importlib.metadata.version("nvidia-cutlass-dsl")
+    except importlib.metadata.PackageNotFoundError:
+        import cutlass
 
-    return getattr(cutlass, "__version__", "unknown")
+        return getattr(cutlass, "__version__", "unknown")
 
 
 def entry_key(spec: KernelSpec) -> str:
@@ -189,14 +196,12 @@ def check_tvm_ffi(fn) -> None:
 def _load_entry(entry: cache.Entry, expected: dict, *, replace: bool):
     """The entry's kernel if it passes every check and loads; else None, after one warning
     (and removing the entry when it is to be replaced)."""
-    import cutlass.cute as cute
-
     if not entry.exists():
         return None
     problem = cache.check_entry(entry, expected)
     if problem is None:
         try:
-            fn = cute.runtime.load_module(str(entry.obj), enable_tvm_ffi=True)[entry.name]
+            fn = _dso.load(entry.obj, entry.name)
             check_tvm_ffi(fn)
             return fn
         except Exception as exc:  # a sound file the loader still rejects: recompile
@@ -245,7 +250,7 @@ def resolve(spec: KernelSpec, *, use_disk: bool | None = None) -> tuple[Any, Out
         try:
             cache.write_entry(
                 entry,
-                lambda path: compiled.export_to_c(str(path), function_name=entry.name),
+                lambda path: _dso.export_shared(compiled, entry.name, Path(path)),
                 expected,
             )
         except OSError as exc:  # full disk, permissions: the same for every later write

@@ -206,7 +206,7 @@ def test_precompile_in_worker_processes(cache_root):
 
 
 def _damage_one(root):
-    obj = sorted((root / "kernels").glob("*.o"))[0]
+    obj = sorted((root / "kernels").glob("*.so"))[0]
     data = bytearray(obj.read_bytes())
     data[len(data) // 2] ^= 0xFF
     obj.write_bytes(bytes(data))
@@ -245,7 +245,7 @@ def test_cache_info_list_verify_clear(cache_root, capsys):
 
 def test_cache_clear_stale_keeps_current_entries(cache_root, capsys):
     assert run_cli(capsys, "precompile", "--family", "group_tables")[0] == 0
-    names = sorted(p.name for p in (cache_root / "kernels").glob("*.o"))
+    names = sorted(p.name for p in (cache_root / "kernels").glob("*.so"))
     # an entry of another install: same files under another name, other DSL version
     other = cache.Entry(cache_root, "cq_group_tables_" + "f" * 24)
     meta = cache.read_metadata(cache.Entry(cache_root, names[0][:-2]))
@@ -259,7 +259,7 @@ def test_cache_clear_stale_keeps_current_entries(cache_root, capsys):
     assert "other install" in out and "dsl 0.1" in out
     rc, out, _ = run_cli(capsys, "cache", "clear", "--stale")
     assert rc == 0 and "removed 3 files" in out
-    assert sorted(p.name for p in (cache_root / "kernels").glob("*.o")) == names
+    assert sorted(p.name for p in (cache_root / "kernels").glob("*.so")) == names
 
 
 def test_cache_clear_in_a_read_only_directory(cache_root, capsys, monkeypatch):

@@ -74,9 +74,7 @@ def test_bad_host_splits(splits, m, match):
         groups.check_splits(splits, m)
 
 
-@pytest.mark.parametrize(
-    "bad", [[1024.0, 0, 32.0], [1024, False, 32], [1024, 0, 32.0]], ids=str
-)
+@pytest.mark.parametrize("bad", [[1024.0, 0, 32.0], [1024, False, 32], [1024, 0, 32.0]], ids=str)
 def test_non_int_splits_rejected_after_an_equal_int_list_was_cached(bad):
     """1024.0 and False hash like 1024 and 0: the types are checked before the cache lookup,
     in check_splits and in prepare_groups (which keeps its own cache)."""
