@@ -255,3 +255,62 @@ class Fp8TileCastSpec(KernelSpec):
             raise ValueError(f"in_dtype must be bf16 or f16, got {self.in_dtype!r}")
         if self.fp8_dtype not in FP8_DTYPES:
             raise ValueError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype!r}")
+
+
+OUT_DTYPES = ("bf16", "f16", "f32")
+DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
+
+
+@dataclass(frozen=True)
+class DequantizeSpec(KernelSpec):
+    """Grouped dequantize of NVFP4 (1D or 2D block scales: the same layouts) or FP8 per-group
+    data back to ``out_dtype`` [M, N], one CTA per 64-token x 128-column tile, one launch.
+
+    ``columnwise``: the input is the per-group transposed data ([N, M_g] blocks) and the kernel
+    transposes it back; ``undo_rht`` (NVFP4 columnwise only) also applies the inverse 16x16 RHT
+    along tokens (a fast Walsh-Hadamard transform in a fixed fp32 order, ``cutequant.reference.
+    inverse_rht_exact``); ``swizzled``: NVFP4 scales in the cuBLASLt 128x4 layout."""
+
+    template: ClassVar[str] = "dequantize.py.j2"
+    family: ClassVar[str] = "dequantize"
+    fmt: str = "nvfp4"
+    columnwise: bool = False
+    undo_rht: bool = False
+    swizzled: bool = False
+    out_dtype: str = "bf16"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.fmt not in DEQUANT_FORMATS:
+            raise ValueError(f"fmt must be one of {DEQUANT_FORMATS}, got {self.fmt!r}")
+        if self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"out_dtype must be one of {OUT_DTYPES}, got {self.out_dtype!r}")
+        if self.undo_rht and not (self.columnwise and self.fmt == "nvfp4"):
+            raise ValueError("undo_rht applies to NVFP4 columnwise data only")
+        if self.swizzled and self.fmt != "nvfp4":
+            raise ValueError("swizzled applies to NVFP4 scales only")
+
+
+def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
+    ask for; ``cutequant.cli.all_specs`` includes them."""
+    out: list[KernelSpec] = []
+    for out_dtype in OUT_DTYPES:
+        for swizzled in (False, True):
+            out.append(DequantizeSpec(arch=arch, swizzled=swizzled, out_dtype=out_dtype))
+            for undo_rht in (False, True):
+                out.append(
+                    DequantizeSpec(
+                        arch=arch,
+                        columnwise=True,
+                        undo_rht=undo_rht,
+                        swizzled=swizzled,
+                        out_dtype=out_dtype,
+                    )
+                )
+        for fmt in FP8_DTYPES:
+            for columnwise in (False, True):
+                out.append(
+                    DequantizeSpec(arch=arch, fmt=fmt, columnwise=columnwise, out_dtype=out_dtype)
+                )
+    return out
