@@ -103,7 +103,8 @@ def fp8x4_scaled_to_f32(
         f"cvt.rn.f16x2.{kind}x2 h0, lo;\n\tcvt.rn.f16x2.{kind}x2 h1, hi;\n\t"
         "mul.rn.f16x2 h0, h0, $5;\n\tmul.rn.f16x2 h1, h1, $5;\n\t"
         "mov.b32 {a0, a1}, h0;\n\tmov.b32 {a2, a3}, h1;\n\t"
-        "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\tcvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
+        "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\t"
+        "cvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
         "mul.rn.f32 $0, $0, $6;\n\tmul.rn.f32 $1, $1, $6;\n\t"
         "mul.rn.f32 $2, $2, $6;\n\tmul.rn.f32 $3, $3, $6;\n\t}"
     )

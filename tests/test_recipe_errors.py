@@ -1,0 +1,104 @@
+"""CPU: bad arguments of the recipe ops raise TypeError / ValueError naming the argument,
+before anything is launched (the device check comes last, so CPU tensors reach every rule)."""
+
+import pytest
+import torch
+
+from cutequant import dequant
+
+N = 64
+
+
+def _nvfp4_args(**over):
+    splits = (32, 0, 16)
+    args = dict(
+        data=torch.zeros(48, N // 2, dtype=torch.uint8),
+        scales=torch.zeros(256, 4, dtype=torch.uint8),
+        amax=torch.ones(3),
+        splits=splits,
+        n_cols=N,
+        columnwise=False,
+        swizzled=False,
+        undo_rht=False,
+        sign_mask=0,
+        out_dtype=torch.bfloat16,
+    )
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, exc, words",
+    [
+        (dict(data=torch.zeros(48, N // 2, dtype=torch.int8)), TypeError, "data"),
+        (dict(data=torch.zeros(48, N, dtype=torch.uint8)), ValueError, "data"),
+        (dict(data=torch.zeros(N // 2, 48, dtype=torch.uint8).t()), ValueError, "contiguous"),
+        (dict(n_cols=40), ValueError, "n_cols"),
+        (dict(n_cols=64.0), TypeError, "n_cols"),
+        (dict(undo_rht=True), ValueError, "undo_rht"),
+        (dict(columnwise=1), TypeError, "columnwise"),
+        (dict(sign_mask=1 << 16), ValueError, "sign_mask"),
+        (dict(out_dtype=torch.int32), TypeError, "out_dtype"),
+        (dict(amax=torch.ones(2)), ValueError, "amax"),
+        (dict(amax=torch.ones(3, dtype=torch.float64)), TypeError, "amax"),
+        (dict(scales=torch.zeros(255, 4, dtype=torch.uint8)), ValueError, "scales"),
+        (dict(splits=(32, 8, 8)), ValueError, "splits"),
+        (dict(splits=(32, 32)), ValueError, "splits"),
+        (dict(splits=5), TypeError, "splits"),
+        (dict(), ValueError, "CUDA"),
+    ],
+)
+def test_nvfp4_dequantize_errors(over, exc, words):
+    with pytest.raises(exc, match=words):
+        dequant._check_nvfp4_dequantize(**_nvfp4_args(**over))
+
+
+def test_nvfp4_columnwise_scale_bound():
+    args = _nvfp4_args(
+        data=torch.zeros(48 * N // 2, dtype=torch.uint8),
+        columnwise=True,
+        undo_rht=True,
+        scales=torch.zeros(128 * 7, dtype=torch.uint8),  # needs 128 * (4 + 0 + 4)
+    )
+    with pytest.raises(ValueError, match="scales"):
+        dequant._check_nvfp4_dequantize(**args)
+    args["scales"] = torch.zeros(128 * 8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="CUDA"):  # every host rule passed
+        dequant._check_nvfp4_dequantize(**args)
+
+
+def _fp8_args(**over):
+    args = dict(
+        data=torch.zeros(48, N, dtype=torch.float8_e4m3fn),
+        scale_inv=torch.ones(3),
+        splits=(32, 0, 16),
+        n_cols=N,
+        columnwise=False,
+        out_dtype=torch.float32,
+    )
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, exc, words",
+    [
+        (dict(data=torch.zeros(48, N, dtype=torch.uint8)), TypeError, "data"),
+        (dict(data=torch.zeros(48, N + 16, dtype=torch.float8_e5m2)), ValueError, "data"),
+        (dict(columnwise=True), ValueError, "data"),  # columnwise data is flat
+        (dict(scale_inv=torch.ones(4)), ValueError, "scale_inv"),
+        (dict(out_dtype=torch.float8_e4m3fn), TypeError, "out_dtype"),
+        (dict(splits=(16, 16)), ValueError, "splits"),
+        (dict(), ValueError, "CUDA"),
+    ],
+)
+def test_fp8_dequantize_errors(over, exc, words):
+    with pytest.raises(exc, match=words):
+        dequant._check_fp8_dequantize(**_fp8_args(**over))
+
+
+def test_friendly_wrappers_check_the_result_type():
+    with pytest.raises(TypeError, match="result"):
+        dequant.nvfp4_group_dequantize(torch.zeros(4))
+    with pytest.raises(TypeError, match="result"):
+        dequant.fp8_group_dequantize(torch.zeros(4))

@@ -1,0 +1,125 @@
+"""CPU: the recipe reference (grouped dequantize, inverse RHT) against independent formulations."""
+
+import pytest
+import torch
+from recipe_util import grouped_buffer
+
+from cutequant import recipe_reference as RR
+from cutequant import reference as R
+
+
+@pytest.mark.parametrize("sign_mask", [0, 0xD7E8, 0xFFFF])
+def test_inverse_rht_exact_inverts_exactly_representable(sign_mask, rng):
+    """Small integers: the forward RHT (multiples of 1/4) and the inverse are exact, so the
+    round trip gives x back bit for bit."""
+    x = torch.randint(-64, 64, (96, 48), generator=rng).to(torch.bfloat16)
+    y = R.rht_along_tokens(x, sign_mask, round_to_bf16=False)
+    back = RR.inverse_rht_exact(y, sign_mask)
+    assert back.dtype == torch.float32 and back.shape == x.shape
+    assert torch.equal(back, x.float())
+
+
+def test_inverse_rht_exact_matches_float64(rng):
+    y = torch.randn(32, 160, generator=rng) * torch.exp2(
+        torch.randint(-20, 20, (32, 160), generator=rng)
+    )
+    r = R._sign_matrix(0xD7E8, "cpu") * 0.25
+    want = (y.double().reshape(32, 10, 16) @ r.t()).reshape(32, 160).t()
+    got = RR.inverse_rht_exact(y, 0xD7E8).double()
+    scale = y.double().abs().reshape(32, 10, 16).amax(-1, keepdim=True).expand(32, 10, 16)
+    assert ((got - want).abs() <= 1e-6 * scale.reshape(32, 160).t()).all()
+
+
+def test_inverse_rht_exact_order_is_the_butterfly():
+    """The fp32 order is part of the definition: y = (2^30, 1, -2^30, 1, 0, ...) sums to 2
+    exactly, to 1 left to right, and to 0 in the butterfly order (stage 0 rounds 2^30 + 1 and
+    -2^30 + 1 to +-2^30), which the kernels reproduce."""
+    y = torch.zeros(1, 16)
+    y[0, :4] = torch.tensor([2.0**30, 1.0, -(2.0**30), 1.0])
+    got = RR.inverse_rht_exact(y, 0)
+    seq = torch.zeros((), dtype=torch.float32)
+    for v in y[0]:
+        seq = seq + v
+    assert float(seq) == 1.0
+    assert float(got[0, 0]) == 0.0
+
+
+def _quantized_groups(splits, n, rng, swizzled):
+    x = (torch.randn(sum(splits), n, generator=rng) * 3).to(torch.bfloat16)
+    return x, R.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled)
+
+
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_nvfp4_group_dequantize_matches_per_group(swizzled, rng):
+    splits = [48, 0, 128, 16, 80]
+    n = 160
+    x, groups = _quantized_groups(splits, n, rng, swizzled)
+    for columnwise in (False, True):
+        side = "col" if columnwise else "row"
+        data = grouped_buffer(groups, f"{side}_data")
+        if not columnwise:
+            data = data.view(-1, n // 2)
+        scales = grouped_buffer(groups, f"{side}_scales")
+        amax = torch.stack([d[f"amax_{side}"] for d in groups])
+        for out_dtype in (torch.bfloat16, torch.float32):
+            got = RR.nvfp4_group_dequantize(
+                data,
+                scales,
+                amax,
+                splits,
+                n,
+                columnwise=columnwise,
+                swizzled=swizzled,
+                out_dtype=out_dtype,
+            )
+            row0 = 0
+            for g, m_g in enumerate(splits):
+                d = groups[g]
+                if m_g:
+                    shape = (n, m_g) if columnwise else (m_g, n)
+                    want = R.nvfp4_dequantize(
+                        d[f"{side}_data"],
+                        d[f"{side}_scales"],
+                        d[f"amax_{side}"],
+                        shape=shape,
+                        swizzled=swizzled,
+                    )
+                    want = want.t() if columnwise else want
+                    assert torch.equal(got[row0 : row0 + m_g], want.to(out_dtype))
+                row0 += m_g
+
+
+def test_nvfp4_group_dequantize_undo_rht_recovers_x(rng):
+    splits = [64, 32, 0, 96]
+    x, groups = _quantized_groups(splits, 128, rng, False)
+    data = grouped_buffer(groups, "col_data")
+    scales = grouped_buffer(groups, "col_scales")
+    amax = torch.stack([d["amax_col"] for d in groups])
+    back = RR.nvfp4_group_dequantize(
+        data, scales, amax, splits, 128, columnwise=True, undo_rht=True, out_dtype=torch.float32
+    )
+    rel = (back - x.float()).norm() / x.float().norm()
+    assert rel < 0.2, rel
+    raw = RR.nvfp4_group_dequantize(data, scales, amax, splits, 128, columnwise=True)
+    assert (raw.float() - x.float()).norm() / x.float().norm() > 0.5  # still in the RHT domain
+
+
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_fp8_group_dequantize(fp8, rng):
+    splits = [32, 0, 48]
+    n = 64
+    x = torch.randn(80, n, generator=rng).to(torch.bfloat16)
+    groups = R.fp8_group_quantize(x, splits, fp8_dtype=fp8)
+    scale_inv = torch.stack([d["scale_inv"] for d in groups])
+    row = torch.cat([d["row_data"] for d in groups])
+    col = grouped_buffer(groups, "col_data")
+    got_row = RR.fp8_group_dequantize(row, scale_inv, splits, n, out_dtype=torch.float32)
+    got_col = RR.fp8_group_dequantize(
+        col, scale_inv, splits, n, columnwise=True, out_dtype=torch.float32
+    )
+    assert torch.equal(got_row, got_col)
+    row0 = 0
+    for g, m_g in enumerate(splits):
+        want = R.fp8_dequantize(groups[g]["row_data"], groups[g]["scale_inv"])
+        assert torch.equal(got_row[row0 : row0 + m_g], want)
+        row0 += m_g
