@@ -243,6 +243,35 @@ def bench_fp8_torch_compile_reference(case, gen):
     return _rotating(calls), xs[0].numel() * (2 * xs[0].element_size() + 2)
 
 
+def bench_nvfp4_dequantize(case, gen, columnwise=False, undo_rht=True, swizzled=False):
+    """cutequant.dequant.nvfp4_group_dequantize to bf16 (one direction): reads the e2m1 data
+    (0.5 B/elem) and the padded scale blocks, writes 2 B/elem."""
+    import cutequant
+    from cutequant import dequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    qs = [cutequant.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled) for x in xs]
+    calls = [
+        lambda q=q: dequant.nvfp4_group_dequantize(q, columnwise=columnwise, undo_rht=undo_rht)
+        for q in qs
+    ]
+    m = sum(splits)
+    quantized = nvfp4_bytes(splits, n_cols, not columnwise, columnwise) - 2 * m * n_cols
+    return _rotating(calls), quantized + 2 * m * n_cols
+
+
+def bench_fp8_dequantize(case, gen, columnwise=False):
+    """cutequant.dequant.fp8_group_dequantize to bf16: reads 1 B/elem, writes 2 B/elem."""
+    import cutequant
+    from cutequant import dequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    scale = torch.full((len(splits),), 3.0, device="cuda")
+    qs = [cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=scale) for x in xs]
+    calls = [lambda q=q: dequant.fp8_group_dequantize(q, columnwise=columnwise) for q in qs]
+    return _rotating(calls), sum(splits) * n_cols * 3
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
@@ -264,6 +293,12 @@ OPS = {
     "fp8_cast_columnwise_only": lambda c, g: bench_fp8(c, g, "delayed", rowwise=False),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
+    "nvfp4_dequantize_row": lambda c, g: bench_nvfp4_dequantize(c, g),
+    "nvfp4_dequantize_row_swizzled": lambda c, g: bench_nvfp4_dequantize(c, g, swizzled=True),
+    "nvfp4_dequantize_col": lambda c, g: bench_nvfp4_dequantize(c, g, True, False),
+    "nvfp4_dequantize_col_unrht": lambda c, g: bench_nvfp4_dequantize(c, g, True, True),
+    "fp8_dequantize_row": lambda c, g: bench_fp8_dequantize(c, g),
+    "fp8_dequantize_col": lambda c, g: bench_fp8_dequantize(c, g, True),
 }
 
 
