@@ -291,6 +291,34 @@ class DequantizeSpec(KernelSpec):
             raise ValueError("swizzled applies to NVFP4 scales only")
 
 
+
+@dataclass(frozen=True)
+class Nvfp4Quantize2dSpec(KernelSpec):
+    """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (te_semantics.md
+    section 2), stacked [E, R, C] or a device array of E pointers (chosen at run time), one CTA
+    per 64 x 128 tile of one expert. ``amax_pass``: the kernel that only folds each expert's
+    amax (``kernels/group_fold.py``); otherwise the quantize kernel: rowwise data and/or the
+    columnwise data (the exact nibble transpose), each block's e4m3 scale in both scale
+    buffers (compact or swizzled; padding zeroed by extra CTAs)."""
+
+    template: ClassVar[str] = "nvfp4_quantize_2d.py.j2"
+    family: ClassVar[str] = "nvfp4_quantize_2d"
+    in_dtype: str = "bf16"
+    amax_pass: bool = False
+    rowwise: bool = True
+    columnwise: bool = True
+    swizzled: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.in_dtype not in IN_DTYPES:
+            raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
+        if self.amax_pass:
+            if not (self.rowwise and self.columnwise) or self.swizzled:
+                raise ValueError("the amax pass takes no output switches (leave the defaults)")
+        elif not (self.rowwise or self.columnwise):
+            raise ValueError("at least one of rowwise / columnwise must be set")
+
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
     ask for; ``cutequant.cli.all_specs`` includes them."""
@@ -312,5 +340,18 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
             for columnwise in (False, True):
                 out.append(
                     DequantizeSpec(arch=arch, fmt=fmt, columnwise=columnwise, out_dtype=out_dtype)
+                )
+    for in_dtype in IN_DTYPES:
+        out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True))
+        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+            for swizzled in (False, True):
+                out.append(
+                    Nvfp4Quantize2dSpec(
+                        arch=arch,
+                        in_dtype=in_dtype,
+                        rowwise=rowwise,
+                        columnwise=columnwise,
+                        swizzled=swizzled,
+                    )
                 )
     return out

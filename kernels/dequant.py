@@ -265,3 +265,24 @@ def locate_tile(
             group_rows = tables[sched.ROW_START, g + 1] - row0
             tile_local = row_tile - tables[sched.ROWTILE_START, g]
     return live, g, row0, group_rows, tile_local, col_tile
+
+
+@dsl_user_op
+def st_global_b8(addr: Int64, a: Uint32, *, loc=None, ip=None):
+    """The low byte of ``a`` (one STG.U8)."""
+    llvm.inline_asm(
+        None,
+        _ir((addr, a), (Int64, Uint32), loc, ip),
+        "{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b8 [$0], h;\n\t}",
+        "l,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+@cute.jit
+def load_global_b64(addr: Int64) -> Int64:
+    v = cute.make_tensor(
+        cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=8), cute.make_layout(1)
+    ).load()
+    return v[0]

@@ -133,3 +133,73 @@ def fp8_group_dequantize(
         out[row0 : row0 + m_g] = (d.to(_F32) * scale_inv[g]).to(out_dtype)
         row0 += m_g
     return out
+
+
+# --------------------------------------------------------------------------- 2D quantize
+
+
+def nvfp4_quantize_2d(
+    w: torch.Tensor, amax, *, swizzled: bool = False
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """te_semantics.md section 2.1: 16x16-block NVFP4 of one matrix ``w`` [R, C] (R, C % 16 ==
+    0; bf16 / f16 / fp32, fp32 not pre-rounded) with the global amax ``amax``.
+
+    ``block_amax`` = max |w| over each 16x16 block (NaN propagates), then the 1D formulas of
+    ``reference.nvfp4_quantize_rows`` per block: sf = e4m3(fmin(block_amax * f32(S_enc *
+    f32(1/6)), FLT_MAX)), enc = fmin(f32(1 / f32(sf * S_dec)), FLT_MAX), q = e2m1(f32(w * enc)).
+    Returns (row_data uint8 [R, C/2], row_scales [roundup(R, 128), roundup(C/16, 4)],
+    col_data uint8 [C, R/2] = the nibble transpose, col_scales [roundup(C, 128),
+    roundup(R/16, 4)]); scale padding zero, scales flat-swizzled when ``swizzled``."""
+    rows, cols = w.shape
+    if rows % 16 or cols % 16:
+        raise ValueError(f"shape {tuple(w.shape)}: both dimensions must be multiples of 16")
+    dev = w.device
+    s_enc = R.global_encode_scale(R._scalar_amax(amax, dev))
+    s_dec = R.global_decode_scale(s_enc)
+    flt_max = R._f32(R.FLT_MAX, dev)
+    vf = w.to(_F32)
+    blocks = vf.reshape(rows // 16, 16, cols // 16, 16)
+    if vf.numel():
+        block_amax = blocks.abs().amax(dim=(1, 3))  # NaN propagates
+    else:
+        block_amax = torch.zeros((rows // 16, cols // 16), dtype=_F32, device=dev)
+    sf = R.e4m3_rne_satfinite(torch.fmin(block_amax * (s_enc * R._f32(1.0 / 6.0, dev)), flt_max))
+    enc = torch.fmin(R._f32(1.0, dev) / (R.e4m3_to_float(sf) * s_dec), flt_max)
+    codes = R.e2m1_encode(blocks * enc[:, None, :, None]).reshape(rows, cols)
+    row_scales = torch.zeros(
+        (_roundup(rows, 128), _roundup(cols // 16, 4)), dtype=torch.uint8, device=dev
+    )
+    row_scales[:rows, : cols // 16] = sf.repeat_interleave(16, dim=0)
+    col_scales = torch.zeros(
+        (_roundup(cols, 128), _roundup(rows // 16, 4)), dtype=torch.uint8, device=dev
+    )
+    col_scales[:cols, : rows // 16] = sf.t().repeat_interleave(16, dim=0)
+    if swizzled:
+        row_scales, col_scales = R.swizzle_scales(row_scales), R.swizzle_scales(col_scales)
+    return R.pack_fp4(codes), row_scales, R.pack_fp4(codes.t().contiguous()), col_scales
+
+
+def nvfp4_quantize_2d_experts(
+    weights, *, swizzled: bool = False, amax: torch.Tensor | None = None
+) -> dict:
+    """2D NVFP4 of E same-shaped experts (a stacked [E, R, C] tensor or a list of [R, C]).
+    ``amax``: fp32 [E] to use, else max |w_e| (NaN propagates; 0 for an empty matrix), the
+    global amax of both directions (no RHT: TE's columnwise amax equals the rowwise one).
+    Returns a dict of stacked tensors: row_data [E, R, C/2], row_scales [E, roundup(R, 128),
+    roundup(C/16, 4)] (each expert's block flat-swizzled when ``swizzled``: [E, Rp * Cp]),
+    col_data [E, C, R/2], col_scales [E, roundup(C, 128), roundup(R/16, 4)] (or [E, Np * Mp]),
+    amax [E]."""
+    ws = list(weights.unbind(0)) if isinstance(weights, torch.Tensor) else list(weights)
+    if amax is None:
+        amax = torch.stack([_abs_max(w) for w in ws]) if ws else torch.zeros(0)
+    parts = [nvfp4_quantize_2d(w, amax[e], swizzled=swizzled) for e, w in enumerate(ws)]
+    keys = ("row_data", "row_scales", "col_data", "col_scales")
+    out = {k: torch.stack([p[i] for p in parts]) for i, k in enumerate(keys)}
+    out["amax"] = amax.to(_F32).reshape(-1)
+    return out
+
+
+def _abs_max(t: torch.Tensor) -> torch.Tensor:
+    if t.numel() == 0:
+        return torch.zeros((), dtype=_F32, device=t.device)
+    return t.abs().amax().to(_F32)

@@ -123,3 +123,68 @@ def test_fp8_group_dequantize(fp8, rng):
         want = R.fp8_dequantize(groups[g]["row_data"], groups[g]["scale_inv"])
         assert torch.equal(got_row[row0 : row0 + m_g], want)
         row0 += m_g
+
+
+@pytest.mark.parametrize("shape", [(64, 48), (144, 272), (16, 16)])
+@pytest.mark.parametrize("swizzled", [False, True])
+def test_2d_matches_1d_on_block_constant_amax(shape, swizzled, rng):
+    """Where every row of a 16x16 block has the block's amax (a 1x16 amax equal to the 16x16
+    one), 2D quantization is 1D quantization of the rows, and of the columns; the columnwise
+    data is the exact transpose and both scale buffers hold the same bytes."""
+    rows, cols = shape
+    w = torch.randn(rows, cols, generator=rng) * 4
+    bmax = w.abs().reshape(rows // 16, 16, cols // 16, 16).amax(dim=(1, 3))
+    # put the block maximum (sign +) at a distinct column and row of each 16x16 block
+    for i in range(16):
+        w.view(rows // 16, 16, cols // 16, 16)[:, i, :, i] = bmax
+    w = w.to(torch.bfloat16)
+    amax = w.float().abs().amax()
+    rd, rs, cd, cs = RR.nvfp4_quantize_2d(w, amax, swizzled=swizzled)
+    d1, s1 = R.nvfp4_quantize_rows(w, amax)
+    dc, sc = R.nvfp4_quantize_rows(w.t().contiguous(), amax)
+    if swizzled:
+        s1, sc = R.swizzle_scales(s1), R.swizzle_scales(sc)
+    assert torch.equal(rd, d1) and torch.equal(rs, s1)
+    assert torch.equal(cd, dc) and torch.equal(cs, sc)
+    assert torch.equal(R.unpack_fp4(cd), R.unpack_fp4(rd).t())
+
+
+def test_2d_block_amax_and_dequantize(rng):
+    """One outlier raises its whole 16x16 block's scale (not only its row), and dequantizing
+    the rowwise and columnwise halves gives the same matrix (transposed)."""
+    w = torch.randn(32, 32, generator=rng).to(torch.bfloat16)
+    w[3, 5] = 100.0
+    amax = w.float().abs().amax()
+    rd, rs, cd, cs = RR.nvfp4_quantize_2d(w, amax)
+    assert int(rs[0, 0]) == int(rs[15, 0]) and int(rs[0, 0]) > int(rs[16, 0])
+    assert torch.equal(rs[:32, :2], cs[0:32:16, :2].t().repeat_interleave(16, 0))
+    row = R.nvfp4_dequantize(rd, rs, amax, shape=(32, 32))
+    col = R.nvfp4_dequantize(cd, cs, amax, shape=(32, 32))
+    assert torch.equal(row, col.t())
+    assert (row - w.float()).norm() / w.float().norm() < 0.3
+
+
+def test_2d_experts_stacked_equals_list(rng):
+    w = (torch.randn(3, 32, 64, generator=rng)).to(torch.bfloat16)
+    w[1] *= 1000
+    a = RR.nvfp4_quantize_2d_experts(w)
+    b = RR.nvfp4_quantize_2d_experts(list(w.unbind(0)))
+    for k in a:
+        assert torch.equal(a[k], b[k])
+    assert torch.equal(a["amax"], w.float().abs().amax(dim=(1, 2)))
+    assert a["row_data"].shape == (3, 32, 32) and a["col_data"].shape == (3, 64, 16)
+    assert a["row_scales"].shape == (3, 128, 4) and a["col_scales"].shape == (3, 128, 4)
+
+
+def test_2d_extremes():
+    """All zeros (sf 0, codes 0) and a NaN (its block gets sf 448 and code 7, as 1D)."""
+    z = torch.zeros(16, 32, dtype=torch.bfloat16)
+    rd, rs, cd, cs = RR.nvfp4_quantize_2d(z, torch.tensor(0.0))
+    assert not rd.any() and not rs.any() and not cd.any() and not cs.any()
+    w = torch.ones(16, 32, dtype=torch.bfloat16)
+    w[2, 20] = float("nan")
+    amax = torch.tensor(float("nan"))
+    rd, rs, cd, cs = RR.nvfp4_quantize_2d(w, amax)
+    assert int(rs[0, 1]) == 0x7E  # 448
+    codes = R.unpack_fp4(rd)
+    assert int(codes[2, 20]) == 7
