@@ -272,6 +272,30 @@ def bench_fp8_dequantize(case, gen, columnwise=False):
     return _rotating(calls), sum(splits) * n_cols * 3
 
 
+def bench_nvfp4_2d(case, gen, with_amax_pass=True, swizzled=False):
+    """nvfp4_quantize_weights_2d of the case's shape as E = (groups) experts of [M/E, N]
+    (rows rounded down to 16), both directions: reads the weights (twice with the amax pass),
+    writes 2 x 0.5 B/elem and both scale blocks."""
+    from cutequant import nvfp4_2d
+
+    n_cols, splits, _ = make_inputs(case, gen)
+    e = len(splits)
+    rows = sum(splits) // e // 16 * 16
+    ws = [torch.randn(e, rows, n_cols, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    amaxes = [w.float().abs().amax(dim=(1, 2)) for w in ws]
+    calls = [
+        lambda w=w, a=a: nvfp4_2d.nvfp4_quantize_weights_2d(
+            w, swizzled_scales=swizzled, amax=None if with_amax_pass else a
+        )
+        for w, a in zip(ws, amaxes, strict=True)
+    ]
+    shapes = nvfp4_2d.output_shapes(e, rows, n_cols)
+    nbytes = ws[0].numel() * (2 * (2 if with_amax_pass else 1) + 1)
+    for key in ("row_scales", "col_scales"):
+        nbytes += e * shapes[key][1] * shapes[key][2]
+    return _rotating(calls), nbytes
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
@@ -299,6 +323,9 @@ OPS = {
     "nvfp4_dequantize_col_unrht": lambda c, g: bench_nvfp4_dequantize(c, g, True, True),
     "fp8_dequantize_row": lambda c, g: bench_fp8_dequantize(c, g),
     "fp8_dequantize_col": lambda c, g: bench_fp8_dequantize(c, g, True),
+    "nvfp4_2d_weights(amax+quantize)": lambda c, g: bench_nvfp4_2d(c, g),
+    "nvfp4_2d_weights_quantize_only": lambda c, g: bench_nvfp4_2d(c, g, False),
+    "nvfp4_2d_weights_swizzled": lambda c, g: bench_nvfp4_2d(c, g, True, True),
 }
 
 

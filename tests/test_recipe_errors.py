@@ -102,3 +102,35 @@ def test_friendly_wrappers_check_the_result_type():
         dequant.nvfp4_group_dequantize(torch.zeros(4))
     with pytest.raises(TypeError, match="result"):
         dequant.fp8_group_dequantize(torch.zeros(4))
+
+
+def _w(*shape, dtype=torch.bfloat16):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+@pytest.mark.parametrize(
+    "weights, opts, exc, words",
+    [
+        (_w(2, 32, 32), dict(rowwise=False, columnwise=False), ValueError, "nothing"),
+        (_w(2, 32, 32), dict(swizzled=1), TypeError, "swizzled"),
+        (_w(32, 32), {}, ValueError, "stacked"),
+        ([], {}, ValueError, "empty"),
+        ("w", {}, TypeError, "weights"),
+        ([_w(32, 32), 3], {}, TypeError, r"weights\[1\]"),
+        ([_w(32, 32), _w(32, 48)], {}, ValueError, r"weights\[1\]"),
+        ([_w(32, 32), _w(32, 32, dtype=torch.float16)], {}, ValueError, r"weights\[1\]"),
+        (_w(2, 32, 32, dtype=torch.float64), {}, TypeError, "dtype"),
+        (_w(2, 32, 24), {}, ValueError, "multiples of 16"),
+        (_w(2, 32, 64)[:, :, :32], {}, ValueError, "contiguous"),
+        (_w(2, 32, 32), dict(amax=torch.ones(3)), ValueError, "amax"),
+        (_w(2, 32, 32), dict(amax=[1.0, 2.0]), TypeError, "amax"),
+        (_w(2, 32, 32), {}, ValueError, "CUDA"),
+    ],
+)
+def test_nvfp4_2d_errors(weights, opts, exc, words):
+    from cutequant import nvfp4_2d
+
+    args = dict(rowwise=True, columnwise=True, swizzled=False, amax=None)
+    args.update(opts)
+    with pytest.raises(exc, match=words):
+        nvfp4_2d._check_nvfp4_quantize_2d(weights, **args)
