@@ -278,9 +278,12 @@ class DequantizeSpec(KernelSpec):
     undo_rht: bool = False
     swizzled: bool = False
     out_dtype: str = "bf16"
+    transposed_out: bool = False  # columnwise: keep the [N, M_g] blocks (no transpose back)
 
     def __post_init__(self):
         super().__post_init__()
+        if self.transposed_out and (not self.columnwise or self.undo_rht):
+            raise ValueError("transposed_out: columnwise data without undo_rht only")
         if self.fmt not in DEQUANT_FORMATS:
             raise ValueError(f"fmt must be one of {DEQUANT_FORMATS}, got {self.fmt!r}")
         if self.out_dtype not in OUT_DTYPES:
@@ -289,7 +292,6 @@ class DequantizeSpec(KernelSpec):
             raise ValueError("undo_rht applies to NVFP4 columnwise data only")
         if self.swizzled and self.fmt != "nvfp4":
             raise ValueError("swizzled applies to NVFP4 scales only")
-
 
 
 @dataclass(frozen=True)
@@ -308,16 +310,39 @@ class Nvfp4Quantize2dSpec(KernelSpec):
     rowwise: bool = True
     columnwise: bool = True
     swizzled: bool = False
+    fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
 
     def __post_init__(self):
         super().__post_init__()
         if self.in_dtype not in IN_DTYPES:
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
+        if self.fake_out not in ("", "bf16", "f16"):
+            raise ValueError(f"fake_out must be '', 'bf16' or 'f16', got {self.fake_out!r}")
+        if self.fake_out and (self.amax_pass or self.swizzled or not self.rowwise):
+            raise ValueError("fake_out: a quantize kernel with the default output switches")
         if self.amax_pass:
             if not (self.rowwise and self.columnwise) or self.swizzled:
                 raise ValueError("the amax pass takes no output switches (leave the defaults)")
         elif not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
+
+
+@dataclass(frozen=True)
+class FakeQuantRowsSpec(KernelSpec):
+    """Fused rowwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N]: per 16-element block
+    quantize (RN or stochastic rounding) and dequantize in registers, ``out_dtype`` out; the
+    values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile."""
+
+    template: ClassVar[str] = "fake_quant_rows.py.j2"
+    family: ClassVar[str] = "fake_quant_rows"
+    stochastic: bool = False
+    out_dtype: str = "bf16"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.out_dtype not in ("bf16", "f16"):
+            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
@@ -341,6 +366,14 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                 out.append(
                     DequantizeSpec(arch=arch, fmt=fmt, columnwise=columnwise, out_dtype=out_dtype)
                 )
+    for out_dtype in ("bf16", "f16"):
+        out.append(
+            DequantizeSpec(arch=arch, columnwise=True, transposed_out=True, out_dtype=out_dtype)
+        )
+        for stochastic in (False, True):
+            out.append(FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
+        for in_dtype in IN_DTYPES:
+            out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:
         out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True))
         for rowwise, columnwise in ((True, True), (True, False), (False, True)):
