@@ -38,7 +38,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype) -> DequantizeSpec:
+def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -46,6 +46,7 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype) -> DequantizeSpe
         undo_rht=undo_rht,
         swizzled=swizzled,
         out_dtype=out_dtype,
+        transposed_out=transposed_out,
     )
 
 
@@ -110,14 +111,35 @@ def _scale_rows_bound(host, m_rows: int, num_groups: int, per_group, bound) -> i
 
 
 def _check_nvfp4_dequantize(
-    data, scales, amax, splits, n_cols, columnwise, swizzled, undo_rht, sign_mask, out_dtype
+    data,
+    scales,
+    amax,
+    splits,
+    n_cols,
+    columnwise,
+    swizzled,
+    undo_rht,
+    sign_mask,
+    out_dtype,
+    transposed_out=False,
 ):
     """Validate the NVFP4 dequantize arguments (before any launch); returns (M, host splits
     or None). Raises TypeError / ValueError naming the argument and the rule."""
-    for name, flag in (("columnwise", columnwise), ("swizzled", swizzled), ("undo_rht", undo_rht)):
+    for name, flag in (
+        ("columnwise", columnwise),
+        ("swizzled", swizzled),
+        ("undo_rht", undo_rht),
+        ("transposed_out", transposed_out),
+    ):
         _checks.check_flag(flag, name)
     if undo_rht and not columnwise:
         raise ValueError("undo_rht: the RHT is on the columnwise data only (columnwise=False)")
+    if transposed_out and (not columnwise or undo_rht or swizzled):
+        raise ValueError(
+            "transposed_out: columnwise data with compact scales and without undo_rht only"
+        )
+    if transposed_out and out_dtype == torch.float32:
+        raise TypeError("out_dtype: transposed_out writes bfloat16 or float16")
     _checks.check_sign_mask(sign_mask)
     _check_out_dtype(out_dtype)
     n = _check_n_cols(n_cols)
@@ -224,16 +246,22 @@ def nvfp4_group_dequantize_impl(
     undo_rht: bool,
     sign_mask: int,
     out_dtype: torch.dtype,
+    transposed_out: bool = False,
 ) -> tuple[torch.Tensor]:
-    """(out [M, N] ``out_dtype``,) from validated arguments (``_check_nvfp4_dequantize``).
+    """(out,) from validated arguments (``_check_nvfp4_dequantize``): [M, N] ``out_dtype``, or
+    with ``transposed_out`` flat [M * N] holding group g's [N, M_g] block at element
+    row_start_g * N (the columnwise values as they are, e.g. in the RHT domain).
     ``data``: rowwise uint8 [M, N/2] or columnwise flat uint8 [M * N / 2]; ``scales``: that
     direction's uint8 scale buffer (compact or swizzled); ``amax``: fp32 [G] of that direction;
     ``splits``: host tuple or int32/int64 device tensor."""
     m_rows = data.numel() * 2 // n_cols
-    out = _launch.output_allocator((m_rows, n_cols), out_dtype, data.device)
+    shape = (m_rows * n_cols,) if transposed_out else (m_rows, n_cols)
+    out = _launch.output_allocator(shape, out_dtype, data.device)
     if m_rows:
         arch = _launch.device_arch(data.device)
-        spec = _spec(arch, "nvfp4", columnwise, undo_rht, swizzled, OUT_DTYPES[out_dtype])
+        spec = _spec(
+            arch, "nvfp4", columnwise, undo_rht, swizzled, OUT_DTYPES[out_dtype], transposed_out
+        )
         _launch_dequantize(spec, data, scales, amax, out, splits, m_rows, n_cols, sign_mask)
     return (out,)
 

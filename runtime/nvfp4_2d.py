@@ -42,11 +42,16 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, in_dtype, amax_pass, rowwise, columnwise, swizzled) -> Nvfp4Quantize2dSpec:
+def _spec(arch, in_dtype, amax_pass, rowwise, columnwise, swizzled, fake_out):
     if amax_pass:
         return Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True)
     return Nvfp4Quantize2dSpec(
-        arch=arch, in_dtype=in_dtype, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled
+        arch=arch,
+        in_dtype=in_dtype,
+        rowwise=rowwise,
+        columnwise=columnwise,
+        swizzled=swizzled,
+        fake_out=fake_out,
     )
 
 
@@ -144,37 +149,31 @@ def _pointer_table(weights: list, device: torch.device) -> torch.Tensor:
     return table
 
 
-def nvfp4_quantize_2d_impl(
-    weights, rowwise: bool, columnwise: bool, swizzled: bool, amax: torch.Tensor | None
-) -> tuple[torch.Tensor, ...]:
-    """(row_data, row_scales, col_data, col_scales, amax) from validated arguments
-    (``_check_nvfp4_quantize_2d``); shapes in ``output_shapes`` (uint8, amax fp32 [E]); a
-    disabled direction's two outputs are empty uint8 [0] tensors. ``amax`` given: used for the
-    global scales and returned as a copy; else computed by the amax pass."""
+def _experts(weights):
+    """(stacked?, first matrix, E, R, C, device)."""
     stacked = isinstance(weights, torch.Tensor)
     first = weights if stacked else weights[0]
     num_experts = weights.shape[0] if stacked else len(weights)
     rows, cols = first.shape[-2:]
-    dev = first.device
-    shapes = output_shapes(num_experts, rows, cols)
-    empty = _launch.output_allocator
-    u8 = torch.uint8
-    outs = {}
-    for side, on in (("row", rowwise), ("col", columnwise)):
-        for kind in ("data", "scales"):
-            key = f"{side}_{kind}"
-            outs[key] = empty(shapes[key] if on else (0,), u8, dev)
-    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    return stacked, first, num_experts, rows, cols, first.device
+
+
+def _amax_out(amax, num_experts: int, tiles: int, dev) -> torch.Tensor:
+    """The amax output: a copy of the given one (an op's outputs never alias its inputs),
+    zeros without tiles, else uninitialized (the amax pass writes every entry)."""
     if amax is not None:
-        amax_out = amax.clone()
-    elif tiles == 0:
-        amax_out = torch.zeros(num_experts, dtype=torch.float32, device=dev)
-    else:
-        amax_out = empty((num_experts,), torch.float32, dev)
+        return amax.clone()
     if tiles == 0:
-        for key in ("row_scales", "col_scales"):  # all padding
-            outs[key].zero_()
-        return outs["row_data"], outs["row_scales"], outs["col_data"], outs["col_scales"], amax_out
+        return torch.zeros(num_experts, dtype=torch.float32, device=dev)
+    return _launch.output_allocator((num_experts,), torch.float32, dev)
+
+
+def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list, num_ctas: int) -> None:
+    """The amax pass (``amax`` None) and the quantize / fake-quant kernel of
+    ``_spec(arch, in_dtype, False, *spec_args)`` with output pointers ``outs`` (4, None for an
+    unused slot)."""
+    stacked, first, num_experts, rows, cols, dev = _experts(weights)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     arch = _launch.device_arch(dev)
     in_dtype = IN_DTYPES[first.dtype]
     stream = torch.cuda.current_stream(dev)
@@ -184,7 +183,7 @@ def nvfp4_quantize_2d_impl(
     if amax is None:
         fold = groups.workspace(dev, num_experts, stream).fold
         _launch.run(
-            _spec(arch, in_dtype, True, True, True, False),
+            _spec(arch, in_dtype, True, True, True, False, ""),
             *common,
             _launch.ptr(amax_out, 4),
             _launch.ptr(fold, 8),
@@ -192,20 +191,69 @@ def nvfp4_quantize_2d_impl(
             tiles,
             stream=stream,
         )
-    padded = any(
-        on and (shapes[f"{side}_scales"][1:] != (a, b // 16))
-        for side, on, a, b in (("row", rowwise, rows, cols), ("col", columnwise, cols, rows))
-    )
     _launch.run(
-        _spec(arch, in_dtype, False, rowwise, columnwise, swizzled),
+        _spec(arch, in_dtype, False, *spec_args),
         *common,
         _launch.ptr(amax_out, 4),
         _launch.ptr(dummy, 8),
-        *(_launch.ptr(outs[k] if outs[k].numel() else dummy) for k in outs),
-        tiles + (num_experts if padded else 0),
+        *(_launch.ptr(dummy if t is None else t) for t in outs),
+        num_ctas,
         stream=stream,
     )
+
+
+def nvfp4_quantize_2d_impl(
+    weights, rowwise: bool, columnwise: bool, swizzled: bool, amax: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """(row_data, row_scales, col_data, col_scales, amax) from validated arguments
+    (``_check_nvfp4_quantize_2d``); shapes in ``output_shapes`` (uint8, amax fp32 [E]); a
+    disabled direction's two outputs are empty uint8 [0] tensors. ``amax`` given: used for the
+    global scales and returned as a copy; else computed by the amax pass."""
+    _, _, num_experts, rows, cols, dev = _experts(weights)
+    shapes = output_shapes(num_experts, rows, cols)
+    outs = {}
+    for side, on in (("row", rowwise), ("col", columnwise)):
+        for kind in ("data", "scales"):
+            key = f"{side}_{kind}"
+            outs[key] = _launch.output_allocator(shapes[key] if on else (0,), torch.uint8, dev)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    amax_out = _amax_out(amax, num_experts, tiles, dev)
+    if tiles == 0:
+        for key in ("row_scales", "col_scales"):  # all padding
+            outs[key].zero_()
+    else:
+        padded = any(
+            on and (shapes[f"{side}_scales"][1:] != (a, b // 16))
+            for side, on, a, b in (("row", rowwise, rows, cols), ("col", columnwise, cols, rows))
+        )
+        _launch_2d(
+            weights,
+            (rowwise, columnwise, swizzled, ""),
+            amax,
+            amax_out,
+            [t if t.numel() else None for t in outs.values()],
+            tiles + (num_experts if padded else 0),
+        )
     return outs["row_data"], outs["row_scales"], outs["col_data"], outs["col_scales"], amax_out
+
+
+def nvfp4_fake_quantize_2d_impl(
+    weights, amax: torch.Tensor | None, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_fq [E, R, C] ``out_dtype`` (bf16 / f16), amax [E]) from validated arguments
+    (``_check_nvfp4_quantize_2d`` with both directions, no swizzle): the values of the 2D
+    quantize followed by dequantize, bit for bit, without NVFP4 data in memory. The columnwise
+    fake-quant is its transpose (a block's columnwise values equal its rowwise ones)."""
+    _, _, num_experts, rows, cols, dev = _experts(weights)
+    out = _launch.output_allocator((num_experts, rows, cols), out_dtype, dev)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    amax_out = _amax_out(amax, num_experts, tiles, dev)
+    if tiles:
+        fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
+        _launch_2d(
+            weights, (True, True, False, fake), amax, amax_out, [out, None, None, None], tiles
+        )
+    return out, amax_out
 
 
 @dataclass

@@ -203,3 +203,88 @@ def _abs_max(t: torch.Tensor) -> torch.Tensor:
     if t.numel() == 0:
         return torch.zeros((), dtype=_F32, device=t.device)
     return t.abs().amax().to(_F32)
+
+
+# --------------------------------------------------------------------------- fake-quant
+
+
+def nvfp4_fake_quantize_rows(
+    x: torch.Tensor,
+    splits: Sequence[int],
+    amax_row: torch.Tensor,
+    *,
+    rng_state=None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """Rowwise fake-quant (activations; gradients with ``rng_state`` = stochastic rounding):
+    by definition ``nvfp4_group_dequantize(nvfp4_group_quantize(x))`` of the rowwise data with
+    the groups' rowwise amax ``amax_row`` [G]; [M, N] ``out_dtype``."""
+    splits = _splits(splits)
+    amax_row = amax_row.reshape(-1).to(_F32)
+    q = R.nvfp4_group_quantize(
+        x,
+        splits,
+        columnwise=False,
+        rht=False,
+        amax=(amax_row, amax_row),
+        stochastic_rounding=rng_state is not None,
+        rng_state=rng_state,
+    )
+    data = torch.cat([d["row_data"].reshape(-1) for d in q]).view(-1, x.shape[1] // 2)
+    scales = torch.cat([d["row_scales"].reshape(-1) for d in q])
+    return nvfp4_group_dequantize(data, scales, amax_row, splits, x.shape[1], out_dtype=out_dtype)
+
+
+def nvfp4_fake_quantize_columnwise(
+    x: torch.Tensor,
+    splits: Sequence[int],
+    amax_col: torch.Tensor,
+    *,
+    rht: bool = True,
+    sign_mask: int = R.DEFAULT_SIGN_MASK,
+    rng_state=None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """Columnwise fake-quant as the wgrad GEMM consumes it: group g's dequantized columnwise
+    data [N, M_g] (in the RHT domain with ``rht``), the groups' blocks one after the other,
+    flat [M * N] ``out_dtype``. ``amax_col`` [G]: the columnwise (post-RHT) amax."""
+    splits = _splits(splits)
+    n = x.shape[1]
+    amax_col = amax_col.reshape(-1).to(_F32)
+    q = R.nvfp4_group_quantize(
+        x,
+        splits,
+        rowwise=False,
+        rht=rht,
+        sign_mask=sign_mask,
+        amax=(amax_col, amax_col),
+        stochastic_rounding=rng_state is not None,
+        rng_state=rng_state,
+    )
+    out = []
+    for g, m_g in enumerate(splits):
+        if m_g:
+            y = R.nvfp4_dequantize(
+                q[g]["col_data"], q[g]["col_scales"], amax_col[g], shape=(n, m_g)
+            )
+            out.append(y.to(out_dtype).reshape(-1))
+    if not out:
+        return torch.empty(0, dtype=out_dtype, device=x.device)
+    return torch.cat(out)
+
+
+def nvfp4_fake_quantize_2d_experts(
+    weights, amax: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """2D fake-quant of the experts (weights): ([E, R, C] ``out_dtype``, amax [E]) = the
+    dequantized rowwise data of :func:`nvfp4_quantize_2d_experts` (its columnwise data
+    dequantizes to the transpose)."""
+    q = nvfp4_quantize_2d_experts(weights, amax=amax)
+    e, rows, half = q["row_data"].shape
+    out = torch.empty((e, rows, 2 * half), dtype=out_dtype, device=q["row_data"].device)
+    for i in range(e):
+        y = R.nvfp4_dequantize(
+            q["row_data"][i], q["row_scales"][i], q["amax"][i], shape=(rows, 2 * half)
+        )
+        out[i] = y.to(out_dtype)
+    return out, q["amax"]

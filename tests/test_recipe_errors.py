@@ -134,3 +134,48 @@ def test_nvfp4_2d_errors(weights, opts, exc, words):
     args.update(opts)
     with pytest.raises(exc, match=words):
         nvfp4_2d._check_nvfp4_quantize_2d(weights, **args)
+
+
+def _fq_args(**over):
+    args = dict(
+        x=torch.zeros(48, N, dtype=torch.bfloat16),
+        splits=(32, 16),
+        amax=None,
+        stochastic_rounding=False,
+        rng_state=None,
+        out_dtype=torch.bfloat16,
+    )
+    args.update(over)
+    return args
+
+
+@pytest.mark.parametrize(
+    "over, exc, words",
+    [
+        (dict(x=torch.zeros(48, N, dtype=torch.float32)), TypeError, "x"),
+        (dict(x=torch.zeros(48, 40, dtype=torch.bfloat16)), ValueError, "x"),
+        (dict(out_dtype=torch.float32), TypeError, "out_dtype"),
+        (dict(splits=(32, 32)), ValueError, "splits"),
+        (dict(amax=torch.ones(3)), ValueError, "amax"),
+        (dict(stochastic_rounding=True), TypeError, "rng_state"),
+        (dict(stochastic_rounding=True, rng_state=torch.zeros(2)), ValueError, "rng_state"),
+        (dict(rng_state=torch.zeros(2, dtype=torch.int64)), ValueError, "rng_state"),
+        (dict(stochastic_rounding="yes"), TypeError, "stochastic_rounding"),
+        (dict(), ValueError, "CUDA"),
+    ],
+)
+def test_fake_quantize_errors(over, exc, words):
+    from cutequant import fake_quant
+
+    with pytest.raises(exc, match=words):
+        fake_quant._check_fake_quantize(**_fq_args(**over))
+
+
+def test_fake_quant_linear_errors():
+    from cutequant import fake_quant
+
+    x = torch.zeros(32, N, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA"):
+        fake_quant.nvfp4_fake_quant_linear(x, torch.zeros(16, N, dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="x"):
+        fake_quant.nvfp4_fake_quant_linear(x[:20], torch.zeros(16, N, dtype=torch.bfloat16))
