@@ -296,6 +296,40 @@ def bench_nvfp4_2d(case, gen, with_amax_pass=True, swizzled=False):
     return _rotating(calls), nbytes
 
 
+def bench_fake_quant(case, gen, slot):
+    """NVFP4 fake-quant, bf16 out, amax pass included. ``slot``: "rows" (fused kernel: x read
+    twice, y written), "rows_sr", "columnwise" (RHT domain: amax + quantize + dequantize, the
+    e2m1 data and scales through memory), "weights_2d" (the case's shape as E experts)."""
+    from cutequant import fake_quant, nvfp4_2d
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    m = sum(splits)
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
+    if slot in ("rows", "rows_sr"):
+        sr = slot == "rows_sr"
+        calls = [
+            lambda x=x: fake_quant.nvfp4_fake_quantize_rows_impl(
+                x, splits, None, sr, rng if sr else None, torch.bfloat16
+            )
+            for x in xs
+        ]
+        return _rotating(calls), 3 * 2 * m * n_cols
+    if slot == "columnwise":
+        calls = [
+            lambda x=x: fake_quant.nvfp4_fake_quantize_columnwise_impl(
+                x, splits, None, True, 0xD7E8, False, None, torch.bfloat16
+            )
+            for x in xs
+        ]
+        quantized = nvfp4_bytes(splits, n_cols, False, True) - 2 * m * n_cols
+        return _rotating(calls), 3 * 2 * m * n_cols + 2 * quantized
+    e = len(splits)
+    rows = m // e // 16 * 16
+    ws = [x[: e * rows].view(e, rows, n_cols) for x in xs]
+    calls = [lambda w=w: nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16) for w in ws]
+    return _rotating(calls), 3 * 2 * e * rows * n_cols
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
@@ -326,6 +360,10 @@ OPS = {
     "nvfp4_2d_weights(amax+quantize)": lambda c, g: bench_nvfp4_2d(c, g),
     "nvfp4_2d_weights_quantize_only": lambda c, g: bench_nvfp4_2d(c, g, False),
     "nvfp4_2d_weights_swizzled": lambda c, g: bench_nvfp4_2d(c, g, True, True),
+    "fake_quant_rows": lambda c, g: bench_fake_quant(c, g, "rows"),
+    "fake_quant_rows_sr": lambda c, g: bench_fake_quant(c, g, "rows_sr"),
+    "fake_quant_columnwise_rht": lambda c, g: bench_fake_quant(c, g, "columnwise"),
+    "fake_quant_weights_2d": lambda c, g: bench_fake_quant(c, g, "weights_2d"),
 }
 
 
