@@ -274,6 +274,38 @@ class Nvfp4WeightTensor:
     amax: torch.Tensor
     swizzled_scales: bool
 
+    def dequantize(
+        self, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
+    ) -> torch.Tensor:
+        """[E, R, C] back from the rowwise data or (``columnwise``) from the columnwise data
+        transposed back (the same values: a block's two scale bytes are equal), in one launch
+        of the grouped dequantize kernel: the stacked experts are its groups (splits R, ..., R;
+        the layouts are the grouped ones)."""
+        from cutequant import dequant
+
+        _checks.check_flag(columnwise, "columnwise")
+        data = self.col_data if columnwise else self.row_data
+        if data is None:
+            kind = "columnwise" if columnwise else "rowwise"
+            raise ValueError(f"{kind} data: not quantized (it was switched off)")
+        scales = self.col_scales if columnwise else self.row_scales
+        num_experts = self.amax.numel()
+        args = (
+            data.view(-1) if columnwise else data.view(-1, self.cols // 2),
+            scales.view(-1) if columnwise else scales.view(-1, scales.shape[-1]),
+            self.amax,
+            (self.rows,) * num_experts,
+            self.cols,
+            columnwise,
+            self.swizzled_scales,
+            False,
+            0,
+            out_dtype,
+        )
+        dequant._check_nvfp4_dequantize(*args)
+        (out,) = dequant.nvfp4_group_dequantize_impl(*args)
+        return out.view(num_experts, self.rows, self.cols)
+
     def expert(self, e: int) -> dict:
         out = {"amax": self.amax[e]}
         for key in ("row_data", "row_scales", "col_data", "col_scales"):

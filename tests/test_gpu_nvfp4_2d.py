@@ -127,3 +127,25 @@ def test_public_api_round_trip(rng):
         assert torch.equal(row, col.t())
         ref = w[e].float().cpu()
         assert (row - ref).norm() / ref.norm() < 0.15
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+def test_dequantize_2d_with_the_grouped_kernel(swizzled, rng):
+    """2D results dequantize with the grouped dequantize kernel (experts = groups): both
+    directions give the same [E, R, C], equal to the reference dequantize."""
+    w = _weights(3, 144, 272, torch.bfloat16, rng)
+    q = nvfp4_2d.nvfp4_quantize_weights_2d(w, swizzled_scales=swizzled)
+    with poisoned_outputs():
+        row = q.dequantize()
+        col = q.dequantize(columnwise=True)
+    torch.cuda.synchronize()
+    assert torch.equal(row, col)
+    want = recipe_reference.nvfp4_group_dequantize(
+        q.row_data.cpu().view(-1, 136),
+        q.row_scales.cpu(),
+        q.amax.cpu(),
+        [144] * 3,
+        272,
+        swizzled=swizzled,
+    )
+    assert_same_bits(row.view(-1, 272), want, "2D dequantize")
