@@ -126,7 +126,7 @@ def test_public_api_round_trip(rng):
         )
         assert torch.equal(row, col.t())
         ref = w[e].float().cpu()
-        assert (row - ref).norm() / ref.norm() < 0.15
+        assert (row - ref).norm() / ref.norm() < 0.25  # 16x16 blocks: ~0.13 on randn
 
 
 @pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
