@@ -188,3 +188,31 @@ def test_2d_extremes():
     assert int(rs[0, 1]) == 0x7E  # 448
     codes = R.unpack_fp4(rd)
     assert int(codes[2, 20]) == 7
+
+
+def test_fake_quant_references_emulate_the_recipe_gemms(rng):
+    """The recipe on Hopper with the fake-quant references: dgrad from the rowwise SR
+    fake-quant of dy and the 2D fake-quant of W, wgrad from the two columnwise fake-quants in
+    the RHT domain (the RHT cancels in the product), both close to the exact products."""
+    m, k, n = 128, 256, 192
+    x = torch.randn(m, k, generator=rng).to(torch.bfloat16)
+    w = (torch.randn(n, k, generator=rng) / 20).to(torch.bfloat16)
+    dy = torch.randn(m, n, generator=rng).to(torch.bfloat16)
+    wq, amax_w = RR.nvfp4_fake_quantize_2d_experts(w[None])
+    assert torch.equal(amax_w, w.float().abs().amax()[None])
+    seed = torch.randint(0, 2**62, (2,), generator=rng)
+    dyq = RR.nvfp4_fake_quantize_rows(dy, [m], dy.float().abs().amax()[None], rng_state=seed)
+    dx = dyq.float() @ wq[0].float()
+    exact_dx = dy.float() @ w.float()
+    assert (dx - exact_dx).norm() / exact_dx.norm() < 0.3
+    a_dy = R.group_amax(dy, [m], rht=True)[1]
+    a_x = R.group_amax(x, [m], rht=True)[1]
+    dy_c = RR.nvfp4_fake_quantize_columnwise(dy, [m], a_dy, rng_state=seed + 1).view(n, m)
+    x_c = RR.nvfp4_fake_quantize_columnwise(x, [m], a_x).view(k, m)
+    dw = dy_c.float() @ x_c.float().t()
+    exact_dw = dy.float().t() @ x.float()
+    assert (dw - exact_dw).norm() / exact_dw.norm() < 0.3
+    # one side left in the RHT domain alone does not give the product
+    x_plain = RR.nvfp4_fake_quantize_columnwise(x, [m], a_x, rht=False).view(k, m)
+    wrong = dy_c.float() @ x_plain.float().t()
+    assert (wrong - exact_dw).norm() / exact_dw.norm() > 0.5
