@@ -25,7 +25,6 @@ import functools
 import torch
 
 from cutequant import _checks, _launch, groups
-from cutequant.amax import DEFAULT_SIGN_MASK
 from cutequant.codegen.specs import DequantizeSpec
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -368,5 +367,4 @@ __all__ = [
     "fp8_group_dequantize",
     "nvfp4_group_dequantize_impl",
     "fp8_group_dequantize_impl",
-    "DEFAULT_SIGN_MASK",
 ]
