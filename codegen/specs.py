@@ -255,3 +255,136 @@ class Fp8TileCastSpec(KernelSpec):
             raise ValueError(f"in_dtype must be bf16 or f16, got {self.in_dtype!r}")
         if self.fp8_dtype not in FP8_DTYPES:
             raise ValueError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype!r}")
+
+
+OUT_DTYPES = ("bf16", "f16", "f32")
+DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
+
+
+@dataclass(frozen=True)
+class DequantizeSpec(KernelSpec):
+    """Grouped dequantize of NVFP4 (1D or 2D block scales: the same layouts) or FP8 per-group
+    data back to ``out_dtype`` [M, N], one CTA per 64-token x 128-column tile, one launch.
+
+    ``columnwise``: the input is the per-group transposed data ([N, M_g] blocks) and the kernel
+    transposes it back; ``undo_rht`` (NVFP4 columnwise only) also applies the inverse 16x16 RHT
+    along tokens (a fast Walsh-Hadamard transform in a fixed fp32 order, ``cutequant.reference.
+    inverse_rht_exact``); ``swizzled``: NVFP4 scales in the cuBLASLt 128x4 layout."""
+
+    template: ClassVar[str] = "dequantize.py.j2"
+    family: ClassVar[str] = "dequantize"
+    fmt: str = "nvfp4"
+    columnwise: bool = False
+    undo_rht: bool = False
+    swizzled: bool = False
+    out_dtype: str = "bf16"
+    transposed_out: bool = False  # columnwise: keep the [N, M_g] blocks (no transpose back)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.transposed_out and (not self.columnwise or self.undo_rht):
+            raise ValueError("transposed_out: columnwise data without undo_rht only")
+        if self.fmt not in DEQUANT_FORMATS:
+            raise ValueError(f"fmt must be one of {DEQUANT_FORMATS}, got {self.fmt!r}")
+        if self.out_dtype not in OUT_DTYPES:
+            raise ValueError(f"out_dtype must be one of {OUT_DTYPES}, got {self.out_dtype!r}")
+        if self.undo_rht and not (self.columnwise and self.fmt == "nvfp4"):
+            raise ValueError("undo_rht applies to NVFP4 columnwise data only")
+        if self.swizzled and self.fmt != "nvfp4":
+            raise ValueError("swizzled applies to NVFP4 scales only")
+
+
+@dataclass(frozen=True)
+class Nvfp4Quantize2dSpec(KernelSpec):
+    """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (te_semantics.md
+    section 2), stacked [E, R, C] or a device array of E pointers (chosen at run time), one CTA
+    per 64 x 128 tile of one expert. ``amax_pass``: the kernel that only folds each expert's
+    amax (``kernels/group_fold.py``); otherwise the quantize kernel: rowwise data and/or the
+    columnwise data (the exact nibble transpose), each block's e4m3 scale in both scale
+    buffers (compact or swizzled; padding zeroed by extra CTAs)."""
+
+    template: ClassVar[str] = "nvfp4_quantize_2d.py.j2"
+    family: ClassVar[str] = "nvfp4_quantize_2d"
+    in_dtype: str = "bf16"
+    amax_pass: bool = False
+    rowwise: bool = True
+    columnwise: bool = True
+    swizzled: bool = False
+    fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.in_dtype not in IN_DTYPES:
+            raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
+        if self.fake_out not in ("", "bf16", "f16"):
+            raise ValueError(f"fake_out must be '', 'bf16' or 'f16', got {self.fake_out!r}")
+        if self.fake_out and (self.amax_pass or self.swizzled or not self.rowwise):
+            raise ValueError("fake_out: a quantize kernel with the default output switches")
+        if self.amax_pass:
+            if not (self.rowwise and self.columnwise) or self.swizzled:
+                raise ValueError("the amax pass takes no output switches (leave the defaults)")
+        elif not (self.rowwise or self.columnwise):
+            raise ValueError("at least one of rowwise / columnwise must be set")
+
+
+@dataclass(frozen=True)
+class FakeQuantRowsSpec(KernelSpec):
+    """Fused rowwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N]: per 16-element block
+    quantize (RN or stochastic rounding) and dequantize in registers, ``out_dtype`` out; the
+    values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile."""
+
+    template: ClassVar[str] = "fake_quant_rows.py.j2"
+    family: ClassVar[str] = "fake_quant_rows"
+    stochastic: bool = False
+    out_dtype: str = "bf16"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.out_dtype not in ("bf16", "f16"):
+            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+
+
+def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
+    ask for; ``cutequant.cli.all_specs`` includes them."""
+    out: list[KernelSpec] = []
+    for out_dtype in OUT_DTYPES:
+        for swizzled in (False, True):
+            out.append(DequantizeSpec(arch=arch, swizzled=swizzled, out_dtype=out_dtype))
+            for undo_rht in (False, True):
+                out.append(
+                    DequantizeSpec(
+                        arch=arch,
+                        columnwise=True,
+                        undo_rht=undo_rht,
+                        swizzled=swizzled,
+                        out_dtype=out_dtype,
+                    )
+                )
+        for fmt in FP8_DTYPES:
+            for columnwise in (False, True):
+                out.append(
+                    DequantizeSpec(arch=arch, fmt=fmt, columnwise=columnwise, out_dtype=out_dtype)
+                )
+    for out_dtype in ("bf16", "f16"):
+        out.append(
+            DequantizeSpec(arch=arch, columnwise=True, transposed_out=True, out_dtype=out_dtype)
+        )
+        for stochastic in (False, True):
+            out.append(FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
+        for in_dtype in IN_DTYPES:
+            out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
+    for in_dtype in IN_DTYPES:
+        out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True))
+        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
+            for swizzled in (False, True):
+                out.append(
+                    Nvfp4Quantize2dSpec(
+                        arch=arch,
+                        in_dtype=in_dtype,
+                        rowwise=rowwise,
+                        columnwise=columnwise,
+                        swizzled=swizzled,
+                    )
+                )
+    return out

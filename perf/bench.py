@@ -265,6 +265,93 @@ def bench_fp8_torch_compile_reference(case, gen):
     return _rotating(calls), xs[0].numel() * (2 * xs[0].element_size() + 2)
 
 
+def bench_nvfp4_dequantize(case, gen, columnwise=False, undo_rht=True, swizzled=False):
+    """cutequant.dequant.nvfp4_group_dequantize to bf16 (one direction): reads the e2m1 data
+    (0.5 B/elem) and the padded scale blocks, writes 2 B/elem."""
+    import cutequant
+    from cutequant import dequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    qs = [cutequant.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled) for x in xs]
+    calls = [
+        lambda q=q: dequant.nvfp4_group_dequantize(q, columnwise=columnwise, undo_rht=undo_rht)
+        for q in qs
+    ]
+    m = sum(splits)
+    quantized = nvfp4_bytes(splits, n_cols, not columnwise, columnwise) - 2 * m * n_cols
+    return _rotating(calls), quantized + 2 * m * n_cols
+
+
+def bench_fp8_dequantize(case, gen, columnwise=False):
+    """cutequant.dequant.fp8_group_dequantize to bf16: reads 1 B/elem, writes 2 B/elem."""
+    import cutequant
+    from cutequant import dequant
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    scale = torch.full((len(splits),), 3.0, device="cuda")
+    qs = [cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=scale) for x in xs]
+    calls = [lambda q=q: dequant.fp8_group_dequantize(q, columnwise=columnwise) for q in qs]
+    return _rotating(calls), sum(splits) * n_cols * 3
+
+
+def bench_nvfp4_2d(case, gen, with_amax_pass=True, swizzled=False):
+    """nvfp4_quantize_weights_2d of the case's shape as E = (groups) experts of [M/E, N]
+    (rows rounded down to 16), both directions: reads the weights (twice with the amax pass),
+    writes 2 x 0.5 B/elem and both scale blocks."""
+    from cutequant import nvfp4_2d
+
+    n_cols, splits, _ = make_inputs(case, gen)
+    e = len(splits)
+    rows = sum(splits) // e // 16 * 16
+    ws = [torch.randn(e, rows, n_cols, device="cuda").to(torch.bfloat16) for _ in range(2)]
+    amaxes = [w.float().abs().amax(dim=(1, 2)) for w in ws]
+    calls = [
+        lambda w=w, a=a: nvfp4_2d.nvfp4_quantize_weights_2d(
+            w, swizzled_scales=swizzled, amax=None if with_amax_pass else a
+        )
+        for w, a in zip(ws, amaxes, strict=True)
+    ]
+    shapes = nvfp4_2d.output_shapes(e, rows, n_cols)
+    nbytes = ws[0].numel() * (2 * (2 if with_amax_pass else 1) + 1)
+    for key in ("row_scales", "col_scales"):
+        nbytes += e * shapes[key][1] * shapes[key][2]
+    return _rotating(calls), nbytes
+
+
+def bench_fake_quant(case, gen, slot):
+    """NVFP4 fake-quant, bf16 out, amax pass included. ``slot``: "rows" (fused kernel: x read
+    twice, y written), "rows_sr", "columnwise" (RHT domain: amax + quantize + dequantize, the
+    e2m1 data and scales through memory), "weights_2d" (the case's shape as E experts)."""
+    from cutequant import fake_quant, nvfp4_2d
+
+    n_cols, splits, xs = make_inputs(case, gen)
+    m = sum(splits)
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
+    if slot in ("rows", "rows_sr"):
+        sr = slot == "rows_sr"
+        calls = [
+            lambda x=x: fake_quant.nvfp4_fake_quantize_rows_impl(
+                x, splits, None, sr, rng if sr else None, torch.bfloat16
+            )
+            for x in xs
+        ]
+        return _rotating(calls), 3 * 2 * m * n_cols
+    if slot == "columnwise":
+        calls = [
+            lambda x=x: fake_quant.nvfp4_fake_quantize_columnwise_impl(
+                x, splits, None, True, 0xD7E8, False, None, torch.bfloat16
+            )
+            for x in xs
+        ]
+        quantized = nvfp4_bytes(splits, n_cols, False, True) - 2 * m * n_cols
+        return _rotating(calls), 3 * 2 * m * n_cols + 2 * quantized
+    e = len(splits)
+    rows = m // e // 16 * 16
+    ws = [x[: e * rows].view(e, rows, n_cols) for x in xs]
+    calls = [lambda w=w: nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16) for w in ws]
+    return _rotating(calls), 3 * 2 * e * rows * n_cols
+
+
 OPS = {
     "group_amax_rht": lambda c, g: bench_amax(c, g, rht=True),
     "group_amax": lambda c, g: bench_amax(c, g, rht=False),
@@ -289,6 +376,19 @@ OPS = {
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
     "fp8_dequantize": bench_fp8_dequantize,
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
+    "nvfp4_dequantize_row": lambda c, g: bench_nvfp4_dequantize(c, g),
+    "nvfp4_dequantize_row_swizzled": lambda c, g: bench_nvfp4_dequantize(c, g, swizzled=True),
+    "nvfp4_dequantize_col": lambda c, g: bench_nvfp4_dequantize(c, g, True, False),
+    "nvfp4_dequantize_col_unrht": lambda c, g: bench_nvfp4_dequantize(c, g, True, True),
+    "fp8_dequantize_row": lambda c, g: bench_fp8_dequantize(c, g),
+    "fp8_dequantize_col": lambda c, g: bench_fp8_dequantize(c, g, True),
+    "nvfp4_2d_weights(amax+quantize)": lambda c, g: bench_nvfp4_2d(c, g),
+    "nvfp4_2d_weights_quantize_only": lambda c, g: bench_nvfp4_2d(c, g, False),
+    "nvfp4_2d_weights_swizzled": lambda c, g: bench_nvfp4_2d(c, g, True, True),
+    "fake_quant_rows": lambda c, g: bench_fake_quant(c, g, "rows"),
+    "fake_quant_rows_sr": lambda c, g: bench_fake_quant(c, g, "rows_sr"),
+    "fake_quant_columnwise_rht": lambda c, g: bench_fake_quant(c, g, "columnwise"),
+    "fake_quant_weights_2d": lambda c, g: bench_fake_quant(c, g, "weights_2d"),
 }
 
 

@@ -84,6 +84,7 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
             rowwise=(rowwise,),
             columnwise=(columnwise,),
         )
+    out += S.recipe_variants(arch)  # dequantize, 2D quantize, fake-quant (issue 20)
     return out
 
 

@@ -21,6 +21,9 @@ def test_variant_inventory():
         "nvfp4_quantize",
         "fp8_quantize",
         "fp8_tile_cast",
+        "dequantize",
+        "nvfp4_quantize_2d",
+        "fake_quant_rows",
     }
     assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
     # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
@@ -28,6 +31,12 @@ def test_variant_inventory():
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
     # 16-bit inputs x fp8 dtypes x current / delayed scaling
     assert sum(s.family == "fp8_tile_cast" for s in ALL) == 8
+    # NVFP4 (row x 2 scale layouts + col x 2 layouts x undo RHT) + FP8 (2 formats x 2
+    # directions), each x 3 output dtypes; + the columnwise fake-quant's (2 output dtypes)
+    assert sum(s.family == "dequantize" for s in ALL) == 32
+    # 3 input dtypes x (amax pass + 3 output sets x 2 scale layouts + 2 fake-quant dtypes)
+    assert sum(s.family == "nvfp4_quantize_2d" for s in ALL) == 27
+    assert sum(s.family == "fake_quant_rows" for s in ALL) == 4
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())

@@ -1,0 +1,288 @@
+"""Device helpers of the dequantize, 2D-quantize and fake-quant kernels (sm_90a).
+
+Dequantization is exact arithmetic followed by one rounding, and the kernels must reproduce the
+reference's rounding sequence bit for bit, so every fp32 operation here that could be fused or
+reordered by LLVM (a multiply feeding an add would become an FMA) is an explicit ``.rn`` PTX
+instruction. Order of operations (``cutequant.reference``):
+
+* NVFP4: ``f32(f32(e2m1 * sf) * S_dec)``. ``e2m1 * sf`` is exact in fp16 (at most 6 significant
+  bits, |value| <= 6 * 448 = 2688, smallest nonzero 0.5 * 2^-9 = 2^-10, a normal fp16), so it is
+  one ``mul.rn.f16x2`` of the hardware e4m3 -> f16 conversions, widened exactly to fp32; the
+  multiply by S_dec is the one fp32 rounding (IEEE, no flush of subnormals).
+* FP8: ``f32(f32(fp8) * scale_inv)``.
+* Inverse RHT (NVFP4 columnwise): per 16-token block, a fast Walsh-Hadamard transform in a fixed
+  order (butterfly stages over index bits 0, 1, 2, 3, each ``a + b`` / ``a - b`` rounded to
+  fp32), then each output times +-0.25 (exact but for subnormal results). The 16x16 RHT is
+  ``R = diag(s) H16 / 4`` and orthogonal, so ``x_i = s_i / 4 * (H16 y)_i``.
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from cutequant.kernels import device as dev
+from cutequant.kernels import schedule as sched
+
+# e2m1 magnitude code (0..7) -> the same value as an e4m3 byte: 0, 0.5, 1, 1.5 | 2, 3, 4, 6
+E2M1_AS_E4M3_LO = 0x3C383000
+E2M1_AS_E4M3_HI = 0x4C484440
+F16X2_ONE = 0x3C003C00
+QUARTER_BITS = 0x3E800000  # fp32 0.25
+
+
+def _ir(values, types, loc, ip):
+    return [t(v).ir_value(loc=loc, ip=ip) for v, t in zip(values, types, strict=True)]
+
+
+def _pure(res_type, ptx: str, constraints: str, args):
+    return llvm.inline_asm(
+        res_type, args, ptx, constraints, has_side_effects=False, is_align_stack=False
+    )
+
+
+def _f32_op(ptx: str, args, loc, ip) -> Float32:
+    cons = "=f," + ",".join(["f"] * len(args))
+    return Float32(_pure(T.f32(), ptx, cons, _ir(args, (Float32,) * len(args), loc, ip)))
+
+
+@dsl_user_op
+def mul_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    """IEEE fp32 a * b (RNE, subnormals kept); never contracted into an FMA."""
+    return _f32_op("mul.rn.f32 $0, $1, $2;", (a, b), loc, ip)
+
+
+@dsl_user_op
+def add_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    return _f32_op("add.rn.f32 $0, $1, $2;", (a, b), loc, ip)
+
+
+@dsl_user_op
+def sub_rn(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    return _f32_op("sub.rn.f32 $0, $1, $2;", (a, b), loc, ip)
+
+
+@dsl_user_op
+def prmt_r(a: Uint32, b: Uint32, sel: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Byte permute of {b, a} with a register selector (its low 16 bits)."""
+    return Uint32(
+        _pure(
+            T.i32(),
+            "prmt.b32 $0, $1, $2, $3;",
+            "=r,r,r,r",
+            _ir((a, b, sel), (Uint32, Uint32, Uint32), loc, ip),
+        )
+    )
+
+
+@dsl_user_op
+def f16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
+    """Two fp32 -> packed f16x2 (RNE, overflow -> inf): ``lo`` in bits 0-15."""
+    return Uint32(
+        _pure(
+            T.i32(),
+            "cvt.rn.f16x2.f32 $0, $1, $2;",
+            "=r,f,f",
+            _ir((hi, lo), (Float32,) * 2, loc, ip),
+        )
+    )
+
+
+@dsl_user_op
+def fp8x4_scaled_to_f32(
+    word: Uint32, sf_f16x2: Uint32, s: Float32, kind: str = "e4m3", *, loc=None, ip=None
+):
+    """Four fp8 bytes of ``word`` (element 0 in bits 0-7) -> four fp32 ``f32(f32(v * sf) * s)``:
+    the fp8 -> f16 conversion and the f16x2 multiply by ``sf_f16x2`` are exact (the caller
+    guarantees it: an e4m3 scale times an e2m1 value, or 1.0), the fp32 multiply by ``s`` is
+    the one rounding."""
+    ptx = (
+        "{\n\t.reg .b16 lo, hi, a0, a1, a2, a3;\n\t.reg .b32 h0, h1;\n\t"
+        "mov.b32 {lo, hi}, $4;\n\t"
+        f"cvt.rn.f16x2.{kind}x2 h0, lo;\n\tcvt.rn.f16x2.{kind}x2 h1, hi;\n\t"
+        "mul.rn.f16x2 h0, h0, $5;\n\tmul.rn.f16x2 h1, h1, $5;\n\t"
+        "mov.b32 {a0, a1}, h0;\n\tmov.b32 {a2, a3}, h1;\n\t"
+        "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\t"
+        "cvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
+        "mul.rn.f32 $0, $0, $6;\n\tmul.rn.f32 $1, $1, $6;\n\t"
+        "mul.rn.f32 $2, $2, $6;\n\tmul.rn.f32 $3, $3, $6;\n\t}"
+    )
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        _ir((word, sf_f16x2, s), (Uint32, Uint32, Float32), loc, ip),
+        ptx,
+        "=f,=f,=f,=f,r,r,f",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def e4m3_to_f16x2(byte: Uint32, *, loc=None, ip=None) -> Uint32:
+    """The e4m3 scale byte (bits 0-7) as f16 in both halves (exact): the f16x2 multiplier of
+    ``fp8x4_scaled_to_f32``."""
+    return Uint32(
+        _pure(
+            T.i32(),
+            "{\n\t.reg .b16 b, lo, hi;\n\t.reg .b32 h;\n\tcvt.u16.u32 b, $1;\n\t"
+            "cvt.rn.f16x2.e4m3x2 h, b;\n\tmov.b32 {lo, hi}, h;\n\tmov.b32 $0, {lo, lo};\n\t}",
+            "=r,r",
+            _ir((byte & Uint32(0xFF),), (Uint32,), loc, ip),
+        )
+    )
+
+
+def e2m1x4_to_e4m3x4(nibbles: Uint32, spread: Uint32) -> Uint32:
+    """Four e2m1 codes (bits 0-15 of ``nibbles``, element 0 lowest) -> four e4m3 bytes of the
+    same values. ``spread`` = the two source bytes as [b0, b0, b1, b1]: each code's sign bit
+    (nibble bit 3) moves to its byte's bit 7 (even elements: bit 3 << 4; odd: already bit 7)."""
+    mag = prmt_r(Uint32(E2M1_AS_E4M3_LO), Uint32(E2M1_AS_E4M3_HI), nibbles & Uint32(0x7777))
+    sign = ((spread << 4) & Uint32(0x00800080)) | (spread & Uint32(0x80008000))
+    return mag | sign
+
+
+def nvfp4x8_to_f32(word: Uint32, sf_f16x2: Uint32, s_dec: Float32) -> list:
+    """Eight e2m1 codes (element 0 in bits 0-3) of one block -> ``f32(f32(e2m1 * sf) * S_dec)``."""
+    lo = e2m1x4_to_e4m3x4(word, dev.prmt(word, word, 0x1100))
+    hi = e2m1x4_to_e4m3x4(word >> 16, dev.prmt(word, word, 0x3322))
+    return fp8x4_scaled_to_f32(lo, sf_f16x2, s_dec) + fp8x4_scaled_to_f32(hi, sf_f16x2, s_dec)
+
+
+def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str) -> list:
+    """Four fp8 bytes -> ``f32(f32(fp8) * scale_inv)``."""
+    return fp8x4_scaled_to_f32(word, Uint32(F16X2_ONE), scale_inv, kind)
+
+
+@cute.jit
+def nvfp4_decode_scale(amax: Float32) -> Float32:
+    """S_dec = f32(1 / S_enc(amax)) of a group (te_semantics.md section 1.1)."""
+    return dev.rcp_rn(dev.global_encode_scale(amax))
+
+
+def rht_multipliers(sign_mask: Int32) -> list:
+    """+-0.25 per output index i of the inverse RHT: negative iff bit i of ``sign_mask``."""
+    return [
+        dev.bits_f32(Uint32(QUARTER_BITS) | (Uint32((sign_mask >> i) & 1) << 31)) for i in range(16)
+    ]
+
+
+def inverse_rht16(v: list, mult: list) -> list:
+    """x_i = mult_i * (H16 v)_i for one 16-token block: butterflies over index bits 0..3 in
+    order, each sum and difference rounded to fp32 (``reference.inverse_rht_exact``)."""
+    v = list(v)
+    for b in range(4):
+        step = 1 << b
+        for k in range(16):
+            if k & step == 0:
+                a, c = v[k], v[k + step]
+                v[k] = add_rn(a, c)
+                v[k + step] = sub_rn(a, c)
+    return [mul_rn(v[i], mult[i]) for i in range(16)]
+
+
+def pack_out(vals: list, out_dtype: str) -> list:
+    """fp32 values -> 32-bit words of ``out_dtype`` (RNE; element 0 lowest)."""
+    if out_dtype == "f32":
+        return [dev.f32_bits(x) for x in vals]
+    cvt = dev.bf16x2_rn if out_dtype == "bf16" else f16x2_rn
+    return [cvt(vals[2 * i + 1], vals[2 * i]) for i in range(len(vals) // 2)]
+
+
+def pack_pair(a: Float32, b: Float32, out_dtype: str) -> list:
+    """Two fp32 values of adjacent columns -> their ``out_dtype`` words (``a`` first)."""
+    return pack_out([a, b], out_dtype)
+
+
+# ------------------------------------------------------------------------------ global loads
+
+
+@cute.jit
+def load_global_b8(addr: Int64) -> Uint32:
+    v = cute.make_tensor(
+        cute.make_ptr(cutlass.Uint8, addr, cute.AddressSpace.gmem, assumed_align=1),
+        cute.make_layout(1),
+    ).load()
+    return Uint32(v[0])
+
+
+@cute.jit
+def load_global_b32(addr: Int64) -> Uint32:
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.gmem, assumed_align=4), cute.make_layout(1)
+    ).load()
+    return v[0]
+
+
+@cute.jit
+def load_global_v2(addr: Int64) -> list:
+    """Two 32-bit words from 8-byte-aligned global address ``addr`` (one LDG.64)."""
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.gmem, assumed_align=8), cute.make_layout(2)
+    ).load()
+    return [v[0], v[1]]
+
+
+def store_words(addr: Int64, words: list):
+    """4 or 8 words to 16-byte-aligned global ``addr`` (one or two STG.128)."""
+    for q in range(len(words) // 4):
+        dev.st_global_v4(addr + 16 * q, *words[4 * q : 4 * q + 4])
+
+
+# ------------------------------------------------------------------------------ tile lookup
+
+
+@cute.jit
+def locate_tile(
+    tables: cute.Tensor, num_groups: Int32, col_tiles: Int32, row_tiles: Int32, t: Int32
+):
+    """(1 if tile ``t`` exists else 0, its group, the group's first row, the group's rows, the
+    row tile within the group, the column tile) of a one-CTA-per-tile kernel. Host splits
+    (``row_tiles`` >= 0): one 16-byte load of the row tile's record, stored after the tables
+    (``groups.host_tile_records``); device splits: a binary search over the groups. (The same
+    lookup as the FP8 tile cast's.)"""
+    live = Int32(0)
+    g = Int32(0)
+    row0 = Int32(0)
+    group_rows = Int32(0)
+    tile_local = Int32(0)
+    col_tile = Int32(0)
+    if t < sched.total_tiles(tables, num_groups, col_tiles, row_tiles):
+        live = Int32(1)
+        if row_tiles >= 0:
+            row_tile = t // col_tiles
+            col_tile = t - row_tile * col_tiles
+            records = tables.iterator.toint() + Int64(16) * Int64(num_groups + 1)
+            rec = dev.load_global_v4(records + Int64(16) * Int64(row_tile))
+            g = Int32(rec[0])
+            row0 = Int32(rec[1])
+            group_rows = Int32(rec[2])
+            tile_local = Int32(rec[3])
+        else:
+            g, col_tile, row_tile, _, _, _ = sched.first_tile(tables, num_groups, col_tiles, t, 1)
+            row0 = tables[sched.ROW_START, g]
+            group_rows = tables[sched.ROW_START, g + 1] - row0
+            tile_local = row_tile - tables[sched.ROWTILE_START, g]
+    return live, g, row0, group_rows, tile_local, col_tile
+
+
+@dsl_user_op
+def st_global_b8(addr: Int64, a: Uint32, *, loc=None, ip=None):
+    """The low byte of ``a`` (one STG.U8)."""
+    llvm.inline_asm(
+        None,
+        _ir((addr, a), (Int64, Uint32), loc, ip),
+        "{\n\t.reg .b16 h;\n\tcvt.u16.u32 h, $1;\n\tst.global.b8 [$0], h;\n\t}",
+        "l,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+
+
+@cute.jit
+def load_global_b64(addr: Int64) -> Int64:
+    v = cute.make_tensor(
+        cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=8), cute.make_layout(1)
+    ).load()
+    return v[0]

@@ -1,0 +1,370 @@
+"""Grouped dequantize of NVFP4 and FP8 data in one launch, with no host synchronization.
+
+Public: ``nvfp4_group_dequantize(result, ...)`` / ``fp8_group_dequantize(result, ...)`` (the
+grouped results of ``cutequant.nvfp4_group_quantize`` / ``fp8_group_quantize``), built on the
+op-level functions ``nvfp4_group_dequantize_impl`` / ``fp8_group_dequantize_impl`` (plain
+tensors and ints, outputs as a tuple: what ``torch.library`` registers) and their argument
+checks ``_check_nvfp4_dequantize`` / ``_check_fp8_dequantize``.
+
+Kernels: ``kernels/templates/dequantize.py.j2``, one CTA per 64-token x 128-column tile.
+Numerics (bit-exact with ``cutequant.recipe_reference``): NVFP4 ``f32(f32(e2m1 * sf) * S_dec)``,
+FP8 ``f32(f32(fp8) * scale_inv)``, then RNE to the output dtype; the inverse RHT in the fixed
+fp32 order of ``recipe_reference.inverse_rht_exact``.
+
+Output shapes depend only on input shapes: [M, N] with M = rows of the data (NVFP4: data bytes
+* 2 / N, FP8: data elements / N), for host and device splits alike. With device splits the
+scale buffers must have the upper-bound sizes ``nvfp4_group_quantize`` allocates for them
+(rowwise (M + 127 G) x roundup(N/16, 4), columnwise roundup(N, 128) x (M/16 + 3 G) bytes), so
+that no split values can make the kernel read past them; bad device splits write nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from cutequant import _checks, _launch, groups
+from cutequant.codegen.specs import DequantizeSpec
+
+OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
+TILE_COLS = 128
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+@functools.cache
+def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
+    return DequantizeSpec(
+        arch=arch,
+        fmt=fmt,
+        columnwise=columnwise,
+        undo_rht=undo_rht,
+        swizzled=swizzled,
+        out_dtype=out_dtype,
+        transposed_out=transposed_out,
+    )
+
+
+# ------------------------------------------------------------------------------ checks
+
+
+def _check_tensor(t, name: str, dtypes: tuple) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        allowed = ", ".join(str(d) for d in dtypes)
+        raise TypeError(f"{name}: dtype must be one of ({allowed}), got {t.dtype}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: must be contiguous")
+    return t
+
+
+def _check_n_cols(n_cols) -> int:
+    if isinstance(n_cols, bool) or not isinstance(n_cols, int):
+        raise TypeError(f"n_cols: expected an int, got {type(n_cols).__name__}")
+    if n_cols <= 0 or n_cols % 16:
+        raise ValueError(f"n_cols: must be a positive multiple of 16, got {n_cols}")
+    return n_cols
+
+
+def _check_out_dtype(out_dtype) -> str:
+    if out_dtype not in OUT_DTYPES:
+        raise TypeError(
+            f"out_dtype: must be torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}"
+        )
+    return OUT_DTYPES[out_dtype]
+
+
+def _num_groups(splits) -> int:
+    if isinstance(splits, torch.Tensor):
+        return splits.numel()
+    try:
+        return len(splits)
+    except TypeError as exc:
+        raise TypeError(
+            f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
+        ) from exc
+
+
+def _check_devices(tensors: dict, splits) -> None:
+    """Every tensor on the first one's CUDA device (16-byte-aligned where the kernel loads
+    wide words); device splits there too."""
+    first_name, first = next(iter(tensors.items()))
+    _checks.check_device(first, first_name)
+    for name, t in tensors.items():
+        if t.device != first.device:
+            raise ValueError(f"{name}: on {t.device}, but {first_name} is on {first.device}")
+        if t.data_ptr() % (4 if t.dtype == torch.float32 else 16):
+            raise ValueError(f"{name}: data pointer is not aligned for the kernel's loads")
+    if isinstance(splits, torch.Tensor) and splits.is_cuda and splits.device != first.device:
+        raise ValueError(f"splits: on {splits.device}, but {first_name} is on {first.device}")
+
+
+def _scale_rows_bound(host, m_rows: int, num_groups: int, per_group, bound) -> int:
+    """Exact scale extent for host splits, the quantize kernels' upper bound for device ones."""
+    return sum(per_group(s) for s in host) if host is not None else bound(m_rows, num_groups)
+
+
+def _check_nvfp4_dequantize(
+    data,
+    scales,
+    amax,
+    splits,
+    n_cols,
+    columnwise,
+    swizzled,
+    undo_rht,
+    sign_mask,
+    out_dtype,
+    transposed_out=False,
+):
+    """Validate the NVFP4 dequantize arguments (before any launch); returns (M, host splits
+    or None). Raises TypeError / ValueError naming the argument and the rule."""
+    for name, flag in (
+        ("columnwise", columnwise),
+        ("swizzled", swizzled),
+        ("undo_rht", undo_rht),
+        ("transposed_out", transposed_out),
+    ):
+        _checks.check_flag(flag, name)
+    if undo_rht and not columnwise:
+        raise ValueError("undo_rht: the RHT is on the columnwise data only (columnwise=False)")
+    if transposed_out and (not columnwise or undo_rht or swizzled):
+        raise ValueError(
+            "transposed_out: columnwise data with compact scales and without undo_rht only"
+        )
+    if transposed_out and out_dtype == torch.float32:
+        raise TypeError("out_dtype: transposed_out writes bfloat16 or float16")
+    _checks.check_sign_mask(sign_mask)
+    _check_out_dtype(out_dtype)
+    n = _check_n_cols(n_cols)
+    _check_tensor(data, "data", (torch.uint8,))
+    _check_tensor(scales, "scales", (torch.uint8,))
+    _check_tensor(amax, "amax", (torch.float32,))
+    if columnwise:
+        if data.dim() != 1 or data.numel() % (n // 2):
+            raise ValueError(
+                f"data: columnwise data must be flat with a multiple of N/2 = {n // 2} bytes, "
+                f"got shape {tuple(data.shape)}"
+            )
+        m_rows = data.numel() // (n // 2)
+    else:
+        if data.dim() != 2 or data.shape[1] != n // 2:
+            raise ValueError(
+                f"data: rowwise data must be [M, N/2 = {n // 2}], got shape {tuple(data.shape)}"
+            )
+        m_rows = data.shape[0]
+    num_groups = _num_groups(splits)
+    host = groups.check_splits(splits, m_rows)
+    if tuple(amax.shape) != (num_groups,):
+        raise ValueError(f"amax: expected shape ({num_groups},), got {tuple(amax.shape)}")
+    if columnwise:
+        need = _round_up(n, 128) * _scale_rows_bound(
+            host, m_rows, num_groups, lambda s: _round_up(s // 16, 4), lambda m, g: m // 16 + 3 * g
+        )
+    else:
+        need = _round_up(n // 16, 4) * _scale_rows_bound(
+            host, m_rows, num_groups, lambda s: _round_up(s, 128), lambda m, g: m + 127 * g
+        )
+    if scales.numel() < need:
+        kind = "exact" if host is not None else "device-split upper-bound"
+        raise ValueError(f"scales: {scales.numel()} bytes, the {kind} layout needs {need}")
+    _check_devices({"data": data, "scales": scales, "amax": amax}, splits)
+    return m_rows, host
+
+
+def _check_fp8_dequantize(data, scale_inv, splits, n_cols, columnwise, out_dtype):
+    """Validate the FP8 dequantize arguments (before any launch); returns (M, host splits or
+    None)."""
+    _checks.check_flag(columnwise, "columnwise")
+    _check_out_dtype(out_dtype)
+    n = _check_n_cols(n_cols)
+    _check_tensor(data, "data", tuple(FP8_FORMATS))
+    _check_tensor(scale_inv, "scale_inv", (torch.float32,))
+    if columnwise:
+        if data.dim() != 1 or data.numel() % n:
+            raise ValueError(
+                f"data: columnwise data must be flat with a multiple of N = {n} elements, "
+                f"got shape {tuple(data.shape)}"
+            )
+        m_rows = data.numel() // n
+    else:
+        if data.dim() != 2 or data.shape[1] != n:
+            raise ValueError(f"data: rowwise data must be [M, N = {n}], got {tuple(data.shape)}")
+        m_rows = data.shape[0]
+    num_groups = _num_groups(splits)
+    host = groups.check_splits(splits, m_rows)
+    if tuple(scale_inv.shape) != (num_groups,):
+        raise ValueError(f"scale_inv: expected shape ({num_groups},), got {tuple(scale_inv.shape)}")
+    _check_devices({"data": data, "scale_inv": scale_inv}, splits)
+    return m_rows, host
+
+
+# ------------------------------------------------------------------------------ launch
+
+
+def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, sign_mask):
+    dev = data.device
+    layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
+    # one CTA per tile: with device splits an upper bound (each group adds at most one
+    # partial 64-row tile); CTAs past the last tile exit
+    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
+    num_ctas = row_tiles * -(-n_cols // TILE_COLS)
+    if num_ctas == 0:
+        return
+    tables = layout.tile_tables if layout.tile_tables is not None else layout.tables
+    _launch.run(
+        spec,
+        _launch.ptr(data),
+        _launch.ptr(scales),
+        _launch.ptr(gscale, 4),
+        _launch.ptr(out),
+        _launch.ptr(tables, 4),
+        layout.num_groups,
+        layout.row_tiles,
+        n_cols,
+        sign_mask,
+        layout.early_level(),
+        num_ctas,
+        stream=_launch.raw_stream(dev),
+    )
+
+
+def nvfp4_group_dequantize_impl(
+    data: torch.Tensor,
+    scales: torch.Tensor,
+    amax: torch.Tensor,
+    splits,
+    n_cols: int,
+    columnwise: bool,
+    swizzled: bool,
+    undo_rht: bool,
+    sign_mask: int,
+    out_dtype: torch.dtype,
+    transposed_out: bool = False,
+) -> tuple[torch.Tensor]:
+    """(out,) from validated arguments (``_check_nvfp4_dequantize``): [M, N] ``out_dtype``, or
+    with ``transposed_out`` flat [M * N] holding group g's [N, M_g] block at element
+    row_start_g * N (the columnwise values as they are, e.g. in the RHT domain).
+    ``data``: rowwise uint8 [M, N/2] or columnwise flat uint8 [M * N / 2]; ``scales``: that
+    direction's uint8 scale buffer (compact or swizzled); ``amax``: fp32 [G] of that direction;
+    ``splits``: host tuple or int32/int64 device tensor."""
+    m_rows = data.numel() * 2 // n_cols
+    shape = (m_rows * n_cols,) if transposed_out else (m_rows, n_cols)
+    out = _launch.output_allocator(shape, out_dtype, data.device)
+    if m_rows:
+        arch = _launch.device_arch(data.device)
+        spec = _spec(
+            arch, "nvfp4", columnwise, undo_rht, swizzled, OUT_DTYPES[out_dtype], transposed_out
+        )
+        _launch_dequantize(spec, data, scales, amax, out, splits, m_rows, n_cols, sign_mask)
+    return (out,)
+
+
+def fp8_group_dequantize_impl(
+    data: torch.Tensor,
+    scale_inv: torch.Tensor,
+    splits,
+    n_cols: int,
+    columnwise: bool,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor]:
+    """(out [M, N] ``out_dtype``,) from validated arguments (``_check_fp8_dequantize``).
+    ``data``: fp8 rowwise [M, N] or the transposed groups flat [M * N]; ``scale_inv``: fp32 [G]."""
+    m_rows = data.numel() // n_cols
+    out = _launch.output_allocator((m_rows, n_cols), out_dtype, data.device)
+    if m_rows:
+        arch = _launch.device_arch(data.device)
+        fmt = FP8_FORMATS[data.dtype]
+        spec = _spec(arch, fmt, columnwise, False, False, OUT_DTYPES[out_dtype])
+        raw = data.view(torch.uint8)
+        _launch_dequantize(spec, raw, raw, scale_inv, out, splits, m_rows, n_cols, 0)
+    return (out,)
+
+
+# ------------------------------------------------------------------------------ friendly API
+
+
+def _result_splits(layout: groups.GroupLayout):
+    """A grouped result's splits without a host synchronization: the host tuple, or the device
+    split sizes from its snapshot of row starts (its tables may have been overwritten since:
+    they live in the stream's workspace)."""
+    if layout.host_splits is not None:
+        return layout.host_splits
+    return torch.diff(layout.snapshot[: layout.num_groups + 1])
+
+
+def nvfp4_group_dequantize(
+    result,
+    *,
+    columnwise: bool = False,
+    undo_rht: bool = True,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> torch.Tensor:
+    """High-precision [M, N] tensor back from an ``Nvfp4GroupedTensor``, in one launch and with
+    no host synchronization. Rowwise, or ``columnwise``: from the columnwise data, transposed
+    back, and (if it was quantized with the RHT and ``undo_rht``) inverse-transformed, giving x
+    back instead of RHT(x^T)."""
+    from cutequant.nvfp4 import Nvfp4GroupedTensor
+
+    if not isinstance(result, Nvfp4GroupedTensor):
+        raise TypeError(f"result: expected an Nvfp4GroupedTensor, got {type(result).__name__}")
+    _checks.check_flag(columnwise, "columnwise")
+    _checks.check_flag(undo_rht, "undo_rht")
+    side = "col" if columnwise else "row"
+    data = getattr(result, f"{side}_data")
+    if data is None:
+        kind = "columnwise" if columnwise else "rowwise"
+        raise ValueError(f"result: has no {kind} data (it was quantized without it)")
+    args = (
+        data,
+        getattr(result, f"{side}_scales").reshape(-1) if columnwise else result.row_scales,
+        getattr(result, f"amax_{side}"),
+        _result_splits(result._layout),
+        result.n_cols,
+        columnwise,
+        result.swizzled_scales,
+        columnwise and undo_rht and result.rht,
+        result.sign_mask,
+        out_dtype,
+    )
+    _check_nvfp4_dequantize(*args)
+    return nvfp4_group_dequantize_impl(*args)[0]
+
+
+def fp8_group_dequantize(
+    result, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
+) -> torch.Tensor:
+    """High-precision [M, N] tensor back from an ``Fp8GroupedTensor`` (rowwise, or the
+    transposed copies transposed back), in one launch, no host synchronization."""
+    from cutequant.fp8 import Fp8GroupedTensor
+
+    if not isinstance(result, Fp8GroupedTensor):
+        raise TypeError(f"result: expected an Fp8GroupedTensor, got {type(result).__name__}")
+    _checks.check_flag(columnwise, "columnwise")
+    data = result.col_data if columnwise else result.row_data
+    if data is None:
+        kind = "columnwise" if columnwise else "rowwise"
+        raise ValueError(f"result: has no {kind} data (quantized with {kind}=False)")
+    args = (
+        data,
+        result.scale_inv,
+        _result_splits(result._layout),
+        result.n_cols,
+        columnwise,
+        out_dtype,
+    )
+    _check_fp8_dequantize(*args)
+    return fp8_group_dequantize_impl(*args)[0]
+
+
+__all__ = [
+    "nvfp4_group_dequantize",
+    "fp8_group_dequantize",
+    "nvfp4_group_dequantize_impl",
+    "fp8_group_dequantize_impl",
+]

@@ -1,0 +1,251 @@
+"""NVFP4 fake-quant for the three slots of TE's NVFP4 recipe on Hopper, where the GEMMs run in
+bf16 on dequantized values, and a straight-through-estimator Linear built on them.
+
+* activations / gradients, rowwise: ``nvfp4_fake_quantize_rows_impl`` (one fused kernel after
+  the grouped amax pass; gradients with stochastic rounding);
+* activations / gradients, columnwise in the RHT domain, transposed as the wgrad GEMM consumes
+  it: ``nvfp4_fake_quantize_columnwise_impl`` (the columnwise quantize kernel, then the
+  dequantize kernel's ``transposed_out`` mode: two kernels, the e2m1 data goes through memory);
+* weights, 2D: ``nvfp4_2d.nvfp4_fake_quantize_2d_impl`` (the 2D kernel's fake-quant mode).
+
+Every result is bit-identical to dequantize(quantize(x)) (``cutequant.recipe_reference``).
+Each op is ``_check_*`` (argument rules, before any launch) plus an ``_impl`` returning a plain
+tuple (amax outputs included) for ``torch.library``; ``nvfp4_fake_quant_linear`` is the
+autograd wrapper.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cutequant import _checks, _launch, dequant, groups, nvfp4_2d
+from cutequant.amax import DEFAULT_SIGN_MASK, launch_group_amax, new_amax
+from cutequant.codegen.specs import FakeQuantRowsSpec
+
+FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+TILE_COLS = 128
+
+
+def _check_fake_quantize(
+    x, splits, amax, stochastic_rounding, rng_state, out_dtype, rht=False, sign_mask=0
+):
+    """Rules shared by the row and column fake-quant ops; returns (M, N, G). ``x``: contiguous
+    bf16 [M, N], N % 16 == 0; ``amax``: None or fp32 [G]; ``rng_state``: int64 [2] (seed,
+    offset) with stochastic rounding, else None; ``out_dtype``: bf16 or f16."""
+    m_rows, n_cols = _checks.check_x(x)
+    _checks.check_flag(stochastic_rounding, "stochastic_rounding")
+    _checks.check_flag(rht, "rht")
+    _checks.check_sign_mask(sign_mask)
+    if out_dtype not in FAKE_DTYPES:
+        raise TypeError(f"out_dtype: must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    num_groups = splits.numel() if isinstance(splits, torch.Tensor) else None
+    if num_groups is None:
+        try:
+            num_groups = len(splits)
+        except TypeError as exc:
+            raise TypeError(
+                f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
+            ) from exc
+    groups.check_splits(splits, m_rows)
+    if amax is not None:
+        if not isinstance(amax, torch.Tensor):
+            raise TypeError(f"amax: expected a tensor, got {type(amax).__name__}")
+        if amax.dtype != torch.float32 or tuple(amax.shape) != (num_groups,):
+            raise ValueError(
+                f"amax: must be float32 of shape ({num_groups},), got {amax.dtype} "
+                f"{tuple(amax.shape)}"
+            )
+    if stochastic_rounding:
+        if not isinstance(rng_state, torch.Tensor):
+            raise TypeError("rng_state: stochastic rounding needs an int64 [2] (seed, offset)")
+        if rng_state.dtype != torch.int64 or tuple(rng_state.shape) != (2,):
+            raise ValueError(
+                f"rng_state: must be int64 of shape (2,), got {rng_state.dtype} "
+                f"{tuple(rng_state.shape)}"
+            )
+    elif rng_state is not None:
+        raise ValueError("rng_state: only used with stochastic_rounding=True")
+    _checks.check_device(x)
+    for name, t in (("amax", amax), ("rng_state", rng_state)):
+        if t is not None and t.device != x.device:
+            raise ValueError(f"{name}: on {t.device}, but x is on {x.device}")
+    return m_rows, n_cols, num_groups
+
+
+def nvfp4_fake_quantize_rows_impl(
+    x: torch.Tensor,
+    splits,
+    amax: torch.Tensor | None,
+    stochastic_rounding: bool,
+    rng_state: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y [M, N] ``out_dtype``, amax_row fp32 [G]) from validated arguments: y = the rowwise
+    NVFP4 quantize (1x16 blocks, no RHT; stochastic rounding with ``rng_state``) of each group
+    of ``x``, dequantized. ``amax``: the groups' rowwise amax to use (returned as a copy), else
+    computed by the grouped amax pass."""
+    m_rows, n_cols = x.shape
+    dev = x.device
+    num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
+    stream = torch.cuda.current_stream(dev)
+    if amax is None:
+        amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
+        layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
+        launch_group_amax(
+            x,
+            layout,
+            amax_buf,
+            rht=False,
+            sign_mask=0,
+            arch=_launch.device_arch(dev),
+            stream=stream,
+        )
+        amax_row = amax_buf[0]
+    else:
+        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
+        amax_row = amax.clone()
+    y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
+    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
+    num_ctas = row_tiles * -(-n_cols // TILE_COLS)
+    if m_rows and num_ctas:
+        spec = FakeQuantRowsSpec(
+            arch=_launch.device_arch(dev),
+            stochastic=stochastic_rounding,
+            out_dtype=FAKE_DTYPES[out_dtype],
+        )
+        rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
+        tables = layout.tile_tables if layout.tile_tables is not None else layout.tables
+        _launch.run(
+            spec,
+            _launch.ptr(x),
+            _launch.ptr(amax_row, 4),
+            _launch.ptr(y),
+            _launch.ptr(tables, 4),
+            num_groups,
+            layout.row_tiles,
+            n_cols,
+            _launch.ptr(rng, 8),
+            layout.early_level(),
+            num_ctas,
+            stream=stream,
+        )
+    return y, amax_row
+
+
+def nvfp4_fake_quantize_columnwise_impl(
+    x: torch.Tensor,
+    splits,
+    amax: torch.Tensor | None,
+    rht: bool,
+    sign_mask: int,
+    stochastic_rounding: bool,
+    rng_state: torch.Tensor | None,
+    out_dtype: torch.dtype,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(y_t flat [M * N] ``out_dtype`` (group g's [N, M_g] block at element row_start_g * N),
+    amax_col fp32 [G]) from validated arguments: the columnwise NVFP4 quantize of each group
+    (of RHT(x_g^T) with ``rht``, else of x_g^T; stochastic rounding with ``rng_state``),
+    dequantized and left transposed, as the wgrad GEMM consumes it. ``amax``: the groups'
+    columnwise (post-RHT) amax to use, else computed."""
+    from cutequant.nvfp4 import nvfp4_group_quantize
+
+    given = None if amax is None else torch.stack([amax, amax])
+    q = nvfp4_group_quantize(
+        x,
+        splits,
+        rowwise=False,
+        columnwise=True,
+        rht=rht,
+        sign_mask=sign_mask,
+        amax=given,
+        stochastic_rounding=stochastic_rounding,
+        rng_state=rng_state,
+    )
+    dq_splits = splits if isinstance(splits, torch.Tensor) else tuple(int(s) for s in splits)
+    (y,) = dequant.nvfp4_group_dequantize_impl(
+        q.col_data,
+        q.col_scales,
+        q.amax_col,
+        dq_splits,
+        x.shape[1],
+        True,
+        False,
+        False,
+        sign_mask,
+        out_dtype,
+        True,
+    )
+    return y, q.amax_col  # a view of the quantize call's own amax buffer, never of ``amax``
+
+
+# ------------------------------------------------------------------------------ STE Linear
+
+
+class _Nvfp4FakeQuantLinear(torch.autograd.Function):
+    """y = Q_x(x) Q_w(W)^T (+ b), the GEMMs in the inputs' dtype on fake-quantized values
+    (TE's NVFP4 recipe on Hopper). Backward, with straight-through gradients through the
+    quantizers: dgrad = Q_g(dy) Q_w(W) (rowwise, stochastic rounding), wgrad = C_g(dy) C_x(x)^T
+    with C the columnwise fake-quant in the RHT domain (the 16x16 RHT along tokens is
+    orthogonal, so it cancels in the product) and stochastic rounding for the gradient."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, sign_mask):
+        m = x.shape[0]
+        xq, _ = nvfp4_fake_quantize_rows_impl(x, (m,), None, False, None, x.dtype)
+        wq = nvfp4_2d.nvfp4_fake_quantize_2d_impl(weight.contiguous()[None], None, x.dtype)[0][0]
+        y = xq @ wq.t()
+        if bias is not None:
+            y = y + bias
+        ctx.save_for_backward(x, wq)
+        ctx.sign_mask = sign_mask
+        ctx.has_bias = bias is not None
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, wq = ctx.saved_tensors
+        dy = dy.contiguous()
+        m, k = x.shape
+        n = dy.shape[1]
+        dev = dy.device
+        seeds = torch.randint(0, 2**62, (2, 2), dtype=torch.int64, device=dev)
+        dyq, _ = nvfp4_fake_quantize_rows_impl(dy, (m,), None, True, seeds[0], dy.dtype)
+        dx = dyq @ wq
+        dy_col, _ = nvfp4_fake_quantize_columnwise_impl(
+            dy, (m,), None, True, ctx.sign_mask, True, seeds[1], dy.dtype
+        )
+        x_col, _ = nvfp4_fake_quantize_columnwise_impl(
+            x, (m,), None, True, ctx.sign_mask, False, None, x.dtype
+        )
+        dw = dy_col.view(n, m) @ x_col.view(k, m).t()
+        db = dy.sum(0) if ctx.has_bias else None
+        return dx, dw.to(wq.dtype), db, None
+
+
+def nvfp4_fake_quant_linear(
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    sign_mask: int = DEFAULT_SIGN_MASK,
+) -> torch.Tensor:
+    """``F.linear`` under TE's NVFP4 recipe, emulated on Hopper with fake-quant and straight-
+    through gradients: x [M, K] (bf16, M % 16 == 0), weight [N, K] (bf16, 2D 16x16 blocks),
+    optional bias [N]. See ``_Nvfp4FakeQuantLinear``."""
+    m = x.shape[0] if isinstance(x, torch.Tensor) and x.dim() == 2 else 0
+    if m % 16:
+        raise ValueError(f"x: M = {m} rows must be a multiple of 16 (NVFP4 16-token blocks)")
+    _check_fake_quantize(x, (m,), None, False, None, torch.bfloat16)
+    if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
+        raise ValueError("weight: expected a 2-D [N, K] tensor")
+    if weight.shape[1] != x.shape[1]:
+        raise ValueError(f"weight: K = {weight.shape[1]} does not match x's {x.shape[1]}")
+    nvfp4_2d._check_nvfp4_quantize_2d(weight[None], True, True, False, None)
+    if weight.shape[0] % 16:
+        raise ValueError(f"weight: N = {weight.shape[0]} must be a multiple of 16")
+    if bias is not None and (
+        not isinstance(bias, torch.Tensor) or bias.shape != (weight.shape[0],)
+    ):
+        raise ValueError(f"bias: expected shape ({weight.shape[0]},)")
+    _checks.check_sign_mask(sign_mask)
+    return _Nvfp4FakeQuantLinear.apply(x, weight, bias, sign_mask)

@@ -1,0 +1,341 @@
+"""2D (16x16-block) NVFP4 quantization of grouped weights: ``nvfp4_quantize_weights_2d``.
+
+The weight slot of TE's NVFP4 recipe (te_semantics.md section 2): one amax per 16x16 block, no
+RHT; a block's rowwise and columnwise scales hold the same e4m3 byte and the columnwise data is
+the exact transpose of the rowwise data, so ``W`` and ``W^T`` quantize identically (what the
+fprop and the dgrad GEMM consume). Experts come as one stacked [E, R, C] tensor or as a list of
+E same-shaped [R, C] tensors; the list is passed to the kernels as a device array of E
+addresses, built once per distinct list of addresses and cached.
+
+Launches: an amax pass (each expert's max |W_e|, folded per CTA into self-resetting workspace
+words; skipped when ``amax`` is given) and one quantize launch for all experts. Bit-exact with
+``cutequant.recipe_reference.nvfp4_quantize_2d_experts``.
+
+Op-level: ``_check_nvfp4_quantize_2d`` and ``nvfp4_quantize_2d_impl`` (outputs as a plain
+tuple; shapes from the input shapes alone).
+"""
+
+from __future__ import annotations
+
+import collections
+import functools
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from cutequant import _checks, _launch, groups
+from cutequant.codegen.specs import Nvfp4Quantize2dSpec
+
+IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
+_PTR_TABLES: collections.OrderedDict = collections.OrderedDict()
+_PTR_TABLES_SIZE = 64
+_LOCK = threading.Lock()
+
+
+def _round_up(a: int, b: int) -> int:
+    return -(-a // b) * b
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@functools.cache
+def _spec(arch, in_dtype, amax_pass, rowwise, columnwise, swizzled, fake_out):
+    if amax_pass:
+        return Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True)
+    return Nvfp4Quantize2dSpec(
+        arch=arch,
+        in_dtype=in_dtype,
+        rowwise=rowwise,
+        columnwise=columnwise,
+        swizzled=swizzled,
+        fake_out=fake_out,
+    )
+
+
+def output_shapes(num_experts: int, rows: int, cols: int) -> dict:
+    """Shapes of the outputs (each scale block [roundup(R,128), roundup(C/16,4)] or
+    [roundup(C,128), roundup(R/16,4)], cuBLASLt 128x4 byte order inside when swizzled)."""
+    e = num_experts
+    return {
+        "row_data": (e, rows, cols // 2),
+        "row_scales": (e, _round_up(rows, 128), _round_up(cols // 16, 4)),
+        "col_data": (e, cols, rows // 2),
+        "col_scales": (e, _round_up(cols, 128), _round_up(rows // 16, 4)),
+        "amax": (e,),
+    }
+
+
+def _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled, amax):
+    """Validate (before any launch); returns (E, R, C). ``weights``: a contiguous [E, R, C]
+    tensor or a list / tuple of contiguous [R, C] tensors of one shape, dtype and device
+    (bf16, f16 or fp32; R, C multiples of 16; 16-byte-aligned data)."""
+    for name, flag in (("rowwise", rowwise), ("columnwise", columnwise), ("swizzled", swizzled)):
+        _checks.check_flag(flag, name)
+    if not (rowwise or columnwise):
+        raise ValueError("rowwise and columnwise are both False: nothing to compute")
+    if isinstance(weights, torch.Tensor):
+        if weights.dim() != 3:
+            raise ValueError(
+                f"weights: a tensor must be stacked [E, R, C], got shape {tuple(weights.shape)}"
+            )
+        mats = [("weights", weights)]
+        num_experts, rows, cols = weights.shape
+    elif isinstance(weights, (list, tuple)):
+        if not weights:
+            raise ValueError("weights: the list is empty (need at least one expert)")
+        mats = [(f"weights[{i}]", w) for i, w in enumerate(weights)]
+        for name, w in mats:
+            if not isinstance(w, torch.Tensor):
+                raise TypeError(f"{name}: expected a torch.Tensor, got {type(w).__name__}")
+            if w.dim() != 2:
+                raise ValueError(f"{name}: expected a 2-D [R, C] tensor, got {tuple(w.shape)}")
+            if w.shape != weights[0].shape or w.dtype != weights[0].dtype:
+                raise ValueError(
+                    f"{name}: every expert must have weights[0]'s shape and dtype "
+                    f"({tuple(weights[0].shape)}, {weights[0].dtype}), got "
+                    f"({tuple(w.shape)}, {w.dtype})"
+                )
+        num_experts = len(weights)
+        rows, cols = weights[0].shape
+    else:
+        raise TypeError(
+            f"weights: expected a [E, R, C] tensor or a list of [R, C] tensors, "
+            f"got {type(weights).__name__}"
+        )
+    for name, w in mats:
+        if w.dtype not in IN_DTYPES:
+            raise TypeError(f"{name}: dtype must be bfloat16, float16 or float32, got {w.dtype}")
+        if not w.is_contiguous():
+            raise ValueError(f"{name}: must be contiguous")
+    if rows % 16 or cols % 16:
+        raise ValueError(f"weights: R = {rows} and C = {cols} must be multiples of 16")
+    if num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128) + num_experts > 2**31 - 1:
+        raise ValueError("weights: too many tiles for one launch")
+    if amax is not None:
+        if not isinstance(amax, torch.Tensor):
+            raise TypeError(f"amax: expected a tensor, got {type(amax).__name__}")
+        if amax.dtype != torch.float32 or tuple(amax.shape) != (num_experts,):
+            raise ValueError(
+                f"amax: must be float32 of shape ({num_experts},), got {amax.dtype} "
+                f"{tuple(amax.shape)}"
+            )
+    first = mats[0][1]
+    for name, w in mats:
+        _checks.check_device(w, name)
+        if w.device != first.device:
+            raise ValueError(f"{name}: on {w.device}, but {mats[0][0]} is on {first.device}")
+    if amax is not None and amax.device != first.device:
+        raise ValueError(f"amax: on {amax.device}, but the weights are on {first.device}")
+    return num_experts, rows, cols
+
+
+def _pointer_table(weights: list, device: torch.device) -> torch.Tensor:
+    """int64 [E] device array of the experts' addresses, cached per address list (the
+    addresses are values: a cached table stays right for any tensors at those addresses)."""
+    key = (device.index, tuple(w.data_ptr() for w in weights))
+    with _LOCK:
+        table = _PTR_TABLES.get(key)
+        if table is not None:
+            _PTR_TABLES.move_to_end(key)
+            return table
+    table = torch.tensor(key[1], dtype=torch.int64).to(device)
+    with _LOCK:
+        _PTR_TABLES[key] = table
+        while len(_PTR_TABLES) > _PTR_TABLES_SIZE:
+            _PTR_TABLES.popitem(last=False)
+    return table
+
+
+def _experts(weights):
+    """(stacked?, first matrix, E, R, C, device)."""
+    stacked = isinstance(weights, torch.Tensor)
+    first = weights if stacked else weights[0]
+    num_experts = weights.shape[0] if stacked else len(weights)
+    rows, cols = first.shape[-2:]
+    return stacked, first, num_experts, rows, cols, first.device
+
+
+def _amax_out(amax, num_experts: int, tiles: int, dev) -> torch.Tensor:
+    """The amax output: a copy of the given one (an op's outputs never alias its inputs),
+    zeros without tiles, else uninitialized (the amax pass writes every entry)."""
+    if amax is not None:
+        return amax.clone()
+    if tiles == 0:
+        return torch.zeros(num_experts, dtype=torch.float32, device=dev)
+    return _launch.output_allocator((num_experts,), torch.float32, dev)
+
+
+def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list, num_ctas: int) -> None:
+    """The amax pass (``amax`` None) and the quantize / fake-quant kernel of
+    ``_spec(arch, in_dtype, False, *spec_args)`` with output pointers ``outs`` (4, None for an
+    unused slot)."""
+    stacked, first, num_experts, rows, cols, dev = _experts(weights)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    arch = _launch.device_arch(dev)
+    in_dtype = IN_DTYPES[first.dtype]
+    stream = torch.cuda.current_stream(dev)
+    dummy = groups.dummy_buffer(dev)
+    ptrs = dummy if stacked else _pointer_table(weights, dev)
+    common = (_launch.ptr(first), _launch.ptr(ptrs, 8), int(not stacked), num_experts, rows, cols)
+    if amax is None:
+        fold = groups.workspace(dev, num_experts, stream).fold
+        _launch.run(
+            _spec(arch, in_dtype, True, True, True, False, ""),
+            *common,
+            _launch.ptr(amax_out, 4),
+            _launch.ptr(fold, 8),
+            *(_launch.ptr(dummy),) * 4,
+            tiles,
+            stream=stream,
+        )
+    _launch.run(
+        _spec(arch, in_dtype, False, *spec_args),
+        *common,
+        _launch.ptr(amax_out, 4),
+        _launch.ptr(dummy, 8),
+        *(_launch.ptr(dummy if t is None else t) for t in outs),
+        num_ctas,
+        stream=stream,
+    )
+
+
+def nvfp4_quantize_2d_impl(
+    weights, rowwise: bool, columnwise: bool, swizzled: bool, amax: torch.Tensor | None
+) -> tuple[torch.Tensor, ...]:
+    """(row_data, row_scales, col_data, col_scales, amax) from validated arguments
+    (``_check_nvfp4_quantize_2d``); shapes in ``output_shapes`` (uint8, amax fp32 [E]); a
+    disabled direction's two outputs are empty uint8 [0] tensors. ``amax`` given: used for the
+    global scales and returned as a copy; else computed by the amax pass."""
+    _, _, num_experts, rows, cols, dev = _experts(weights)
+    shapes = output_shapes(num_experts, rows, cols)
+    outs = {}
+    for side, on in (("row", rowwise), ("col", columnwise)):
+        for kind in ("data", "scales"):
+            key = f"{side}_{kind}"
+            outs[key] = _launch.output_allocator(shapes[key] if on else (0,), torch.uint8, dev)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    amax_out = _amax_out(amax, num_experts, tiles, dev)
+    if tiles == 0:
+        for key in ("row_scales", "col_scales"):  # all padding
+            outs[key].zero_()
+    else:
+        padded = any(
+            on and (shapes[f"{side}_scales"][1:] != (a, b // 16))
+            for side, on, a, b in (("row", rowwise, rows, cols), ("col", columnwise, cols, rows))
+        )
+        _launch_2d(
+            weights,
+            (rowwise, columnwise, swizzled, ""),
+            amax,
+            amax_out,
+            [t if t.numel() else None for t in outs.values()],
+            tiles + (num_experts if padded else 0),
+        )
+    return outs["row_data"], outs["row_scales"], outs["col_data"], outs["col_scales"], amax_out
+
+
+def nvfp4_fake_quantize_2d_impl(
+    weights, amax: torch.Tensor | None, out_dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(w_fq [E, R, C] ``out_dtype`` (bf16 / f16), amax [E]) from validated arguments
+    (``_check_nvfp4_quantize_2d`` with both directions, no swizzle): the values of the 2D
+    quantize followed by dequantize, bit for bit, without NVFP4 data in memory. The columnwise
+    fake-quant is its transpose (a block's columnwise values equal its rowwise ones)."""
+    _, _, num_experts, rows, cols, dev = _experts(weights)
+    out = _launch.output_allocator((num_experts, rows, cols), out_dtype, dev)
+    tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    amax_out = _amax_out(amax, num_experts, tiles, dev)
+    if tiles:
+        fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
+        _launch_2d(
+            weights, (True, True, False, fake), amax, amax_out, [out, None, None, None], tiles
+        )
+    return out, amax_out
+
+
+@dataclass
+class Nvfp4WeightTensor:
+    """2D-quantized experts (TE layouts, stacked over E; None where a direction is off):
+    ``row_data`` uint8 [E, R, C/2] (even column in the low nibble), ``row_scales`` uint8
+    [E, roundup(R, 128), roundup(C/16, 4)], ``col_data`` uint8 [E, C, R/2] (the exact nibble
+    transpose), ``col_scales`` uint8 [E, roundup(C, 128), roundup(R/16, 4)], ``amax`` fp32 [E]
+    (the global amax of both directions). Swizzled scales are in cuBLASLt 128x4 byte order
+    inside each expert's block; padding bytes are zero."""
+
+    rows: int
+    cols: int
+    row_data: torch.Tensor | None
+    row_scales: torch.Tensor | None
+    col_data: torch.Tensor | None
+    col_scales: torch.Tensor | None
+    amax: torch.Tensor
+    swizzled_scales: bool
+
+    def dequantize(
+        self, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
+    ) -> torch.Tensor:
+        """[E, R, C] back from the rowwise data or (``columnwise``) from the columnwise data
+        transposed back (the same values: a block's two scale bytes are equal), in one launch
+        of the grouped dequantize kernel: the stacked experts are its groups (splits R, ..., R;
+        the layouts are the grouped ones)."""
+        from cutequant import dequant
+
+        _checks.check_flag(columnwise, "columnwise")
+        data = self.col_data if columnwise else self.row_data
+        if data is None:
+            kind = "columnwise" if columnwise else "rowwise"
+            raise ValueError(f"{kind} data: not quantized (it was switched off)")
+        scales = self.col_scales if columnwise else self.row_scales
+        num_experts = self.amax.numel()
+        args = (
+            data.view(-1) if columnwise else data.view(-1, self.cols // 2),
+            scales.view(-1) if columnwise else scales.view(-1, scales.shape[-1]),
+            self.amax,
+            (self.rows,) * num_experts,
+            self.cols,
+            columnwise,
+            self.swizzled_scales,
+            False,
+            0,
+            out_dtype,
+        )
+        dequant._check_nvfp4_dequantize(*args)
+        (out,) = dequant.nvfp4_group_dequantize_impl(*args)
+        return out.view(num_experts, self.rows, self.cols)
+
+    def expert(self, e: int) -> dict:
+        out = {"amax": self.amax[e]}
+        for key in ("row_data", "row_scales", "col_data", "col_scales"):
+            t = getattr(self, key)
+            if t is not None:
+                out[key] = t[e]
+        return out
+
+
+def nvfp4_quantize_weights_2d(
+    weights,
+    *,
+    rowwise: bool = True,
+    columnwise: bool = True,
+    swizzled_scales: bool = False,
+    amax: torch.Tensor | None = None,
+) -> Nvfp4WeightTensor:
+    """2D 16x16-block NVFP4 quantization of E experts' weights (stacked [E, R, C] or a list
+    of [R, C]; bf16, f16 or fp32). ``columnwise=True`` alone gives the transposed operand only.
+    ``amax``: fp32 [E] per-expert global amax to use (else max |W_e|, computed)."""
+    _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled_scales, amax)
+    rd, rs, cd, cs, a = nvfp4_quantize_2d_impl(weights, rowwise, columnwise, swizzled_scales, amax)
+    first = weights if isinstance(weights, torch.Tensor) else weights[0]
+    return Nvfp4WeightTensor(
+        rows=first.shape[-2],
+        cols=first.shape[-1],
+        row_data=rd if rowwise else None,
+        row_scales=rs if rowwise else None,
+        col_data=cd if columnwise else None,
+        col_scales=cs if columnwise else None,
+        amax=a,
+        swizzled_scales=swizzled_scales,
+    )

@@ -1,0 +1,351 @@
+"""GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
+(bit-exact; outputs poisoned first, so an unwritten value shows up)."""
+
+import pytest
+import torch
+from recipe_util import assert_same_bits, random_fp8_bytes, random_nvfp4_buffers
+
+import cutequant
+from cutequant import dequant, recipe_reference
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits
+
+pytestmark = pytest.mark.gpu
+
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+NVFP4_MODES = [  # (columnwise, undo_rht)
+    (False, False),
+    (True, False),
+    (True, True),
+]
+SIGN_MASK = 0xD7E8
+
+
+def _device_splits(splits, dtype=torch.int32):
+    return torch.tensor(splits, dtype=dtype, device="cuda")
+
+
+def check_nvfp4(
+    data,
+    scales,
+    amax,
+    splits,
+    n,
+    *,
+    columnwise,
+    swizzled,
+    undo_rht,
+    out_dtype,
+    device_splits=None,
+    sign_mask=SIGN_MASK,
+):
+    """Kernel (poisoned output) vs the CPU reference on the same buffers."""
+    args = (
+        data.cuda(),
+        scales.cuda(),
+        amax.cuda(),
+        tuple(splits) if device_splits is None else device_splits,
+        n,
+        columnwise,
+        swizzled,
+        undo_rht,
+        sign_mask,
+        out_dtype,
+    )
+    dequant._check_nvfp4_dequantize(*args)
+    with poisoned_outputs():
+        (got,) = dequant.nvfp4_group_dequantize_impl(*args)
+    torch.cuda.synchronize()
+    ref = recipe_reference.nvfp4_group_dequantize(
+        data.cpu(),
+        scales.cpu(),
+        amax.cpu(),
+        splits,
+        n,
+        columnwise=columnwise,
+        swizzled=swizzled,
+        undo_rht=undo_rht,
+        sign_mask=sign_mask,
+        out_dtype=out_dtype,
+    )
+    assert_same_bits(got, ref, f"nvfp4 col={columnwise} rht={undo_rht} swz={swizzled}")
+    return got
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+@pytest.mark.parametrize("mode", NVFP4_MODES, ids=["row", "col", "col-unrht"])
+def test_nvfp4_random_bytes(mode, swizzled, out_dtype, rng):
+    """Random data and scale bytes: every e2m1 code and e4m3 scale (NaN included), amaxes over
+    many binades; N = 272 leaves a partial column tile, uneven groups partial row tiles."""
+    columnwise, undo_rht = mode
+    splits = random_splits(8, None, rng, zero_at=("middle",), mean_rows=160)
+    n = 272
+    data, scales, amax = random_nvfp4_buffers(splits, n, rng, columnwise=columnwise)
+    check_nvfp4(
+        data,
+        scales,
+        amax,
+        splits,
+        n,
+        columnwise=columnwise,
+        swizzled=swizzled,
+        undo_rht=undo_rht,
+        out_dtype=out_dtype,
+    )
+
+
+@pytest.mark.parametrize("splits_dtype", [torch.int32, torch.int64], ids=["i32", "i64"])
+@pytest.mark.parametrize("mode", NVFP4_MODES, ids=["row", "col", "col-unrht"])
+def test_nvfp4_device_splits(mode, splits_dtype, rng):
+    columnwise, undo_rht = mode
+    splits = random_splits(12, None, rng, zero_at=("front", "middle", "end"), mean_rows=100)
+    n = 384
+    data, scales, amax = random_nvfp4_buffers(
+        splits, n, rng, columnwise=columnwise, device_bound=True
+    )
+    check_nvfp4(
+        data,
+        scales,
+        amax,
+        splits,
+        n,
+        columnwise=columnwise,
+        swizzled=True,
+        undo_rht=undo_rht,
+        out_dtype=torch.bfloat16,
+        device_splits=_device_splits(splits, splits_dtype),
+    )
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["one-group", "300-groups", "zero-front-middle-end", "all-zero-groups", "one-row-block"],
+)
+@pytest.mark.parametrize("mode", NVFP4_MODES, ids=["row", "col", "col-unrht"])
+def test_nvfp4_group_shapes(case, mode, rng):
+    columnwise, undo_rht = mode
+    n = 256
+    if case == "one-group":
+        splits = [1024]
+    elif case == "300-groups":
+        splits = random_splits(300, None, rng, zero_at=("front", "end"), mean_rows=48)
+    elif case == "zero-front-middle-end":
+        splits = random_splits(9, None, rng, zero_at=("front", "middle", "end"))
+    elif case == "all-zero-groups":
+        splits = [0, 0, 0]
+    else:
+        splits = [16, 0, 16, 48, 80]
+    for device in (False, True):
+        data, scales, amax = random_nvfp4_buffers(
+            splits, n, rng, columnwise=columnwise, device_bound=device
+        )
+        check_nvfp4(
+            data,
+            scales,
+            amax,
+            splits,
+            n,
+            columnwise=columnwise,
+            swizzled=False,
+            undo_rht=undo_rht,
+            out_dtype=torch.bfloat16,
+            device_splits=_device_splits(splits) if device else None,
+        )
+
+
+def test_nvfp4_amax_extremes(rng):
+    """Group amaxes 0, inf, NaN, FLT_MAX and a tiny one (S_dec subnormal products)."""
+    splits = [64, 32, 48, 16, 128]
+    n = 128
+    for columnwise, undo_rht in NVFP4_MODES:
+        data, scales, _ = random_nvfp4_buffers(splits, n, rng, columnwise=columnwise)
+        amax = torch.tensor([0.0, float("inf"), float("nan"), 3.4028234663852886e38, 1e-38])
+        check_nvfp4(
+            data,
+            scales,
+            amax,
+            splits,
+            n,
+            columnwise=columnwise,
+            swizzled=False,
+            undo_rht=undo_rht,
+            out_dtype=torch.float32,
+        )
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+@pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
+def test_nvfp4_round_trip(device, swizzled, rng):
+    """The public API on quantize results: both directions bit-exact vs the reference on the
+    result's buffers, and the round trip close to x (the inverse RHT really inverts)."""
+    splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=200)
+    x = grouped_input(splits, 512, rng)
+    s = _device_splits(splits) if device else splits
+    q = cutequant.nvfp4_group_quantize(x, s, swizzled_scales=swizzled)
+    with poisoned_outputs():
+        row = dequant.nvfp4_group_dequantize(q)
+        col = dequant.nvfp4_group_dequantize(q, columnwise=True)
+        col_raw = dequant.nvfp4_group_dequantize(q, columnwise=True, undo_rht=False)
+    torch.cuda.synchronize()
+    ref = dict(n_cols=512, swizzled=swizzled, sign_mask=q.sign_mask)
+    want_row = recipe_reference.nvfp4_group_dequantize(
+        q.row_data.cpu(), q.row_scales.cpu(), q.amax_row.cpu(), splits, **ref
+    )
+    assert_same_bits(row, want_row, "row")
+    for got, unrht in ((col, True), (col_raw, False)):
+        want = recipe_reference.nvfp4_group_dequantize(
+            q.col_data.cpu(),
+            q.col_scales.cpu(),
+            q.amax_col.cpu(),
+            splits,
+            columnwise=True,
+            undo_rht=unrht,
+            **ref,
+        )
+        assert_same_bits(got, want, f"col undo_rht={unrht}")
+    # NVFP4 error: relative RMS error ~0.1 per group (the undone RHT really inverts)
+    row0 = 0
+    for m_g in splits:
+        if m_g:
+            xg = x[row0 : row0 + m_g].float()
+            for got in (row, col):
+                err = (got[row0 : row0 + m_g].float() - xg).norm() / xg.norm()
+                assert err < 0.3, err
+        row0 += m_g
+
+
+def test_nvfp4_all_zero_and_max_inputs():
+    """TE's extremes through quantize -> dequantize: all zeros, all +-bf16 max."""
+    splits = [128, 0, 64]
+    for fill in (0.0, 3.3895313892515355e38):
+        x = torch.full((192, 256), fill, dtype=torch.bfloat16, device="cuda")
+        x[1::2] = -x[1::2]
+        q = cutequant.nvfp4_group_quantize(x, splits)
+        for columnwise in (False, True):
+            got = dequant.nvfp4_group_dequantize(q, columnwise=columnwise, undo_rht=True)
+            side = "col" if columnwise else "row"
+            want = recipe_reference.nvfp4_group_dequantize(
+                getattr(q, f"{side}_data").cpu(),
+                getattr(q, f"{side}_scales").cpu(),
+                getattr(q, f"amax_{side}").cpu(),
+                splits,
+                256,
+                columnwise=columnwise,
+                undo_rht=columnwise,
+                sign_mask=q.sign_mask,
+            )
+            assert_same_bits(got, want, f"fill={fill} col={columnwise}")
+
+
+# ------------------------------------------------------------------------------------ FP8
+
+
+def check_fp8(data, scale_inv, splits, n, *, columnwise, out_dtype, device_splits=None):
+    args = (
+        data.cuda(),
+        scale_inv.cuda(),
+        tuple(splits) if device_splits is None else device_splits,
+        n,
+        columnwise,
+        out_dtype,
+    )
+    dequant._check_fp8_dequantize(*args)
+    with poisoned_outputs():
+        (got,) = dequant.fp8_group_dequantize_impl(*args)
+    torch.cuda.synchronize()
+    ref = recipe_reference.fp8_group_dequantize(
+        data.cpu(), scale_inv.cpu(), splits, n, columnwise=columnwise, out_dtype=out_dtype
+    )
+    assert_same_bits(got, ref, f"fp8 col={columnwise} {data.dtype}")
+
+
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)
+@pytest.mark.parametrize("columnwise", [False, True], ids=["row", "col"])
+@pytest.mark.parametrize("fp8", [torch.float8_e4m3fn, torch.float8_e5m2], ids=["e4m3", "e5m2"])
+def test_fp8_random_bytes(fp8, columnwise, out_dtype, rng):
+    splits = random_splits(8, None, rng, zero_at=("front",), mean_rows=160)
+    n = 272
+    data = random_fp8_bytes(sum(splits) * n, rng, fp8)
+    if not columnwise:
+        data = data.view(-1, n)
+    scale_inv = torch.exp2(torch.randint(-40, 40, (8,), generator=rng).float())
+    scale_inv[3] = float("inf")
+    check_fp8(data, scale_inv, splits, n, columnwise=columnwise, out_dtype=out_dtype)
+
+
+@pytest.mark.parametrize("columnwise", [False, True], ids=["row", "col"])
+def test_fp8_group_shapes_and_device_splits(columnwise, rng):
+    n = 384
+    for splits in (
+        [2048],
+        random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48),
+        [0, 16, 0, 48, 0],
+    ):
+        data = random_fp8_bytes(sum(splits) * n, rng, torch.float8_e4m3fn)
+        if not columnwise:
+            data = data.view(-1, n)
+        scale_inv = torch.rand(len(splits), generator=rng) + 0.01
+        for device in (None, _device_splits(splits, torch.int64)):
+            check_fp8(
+                data,
+                scale_inv,
+                splits,
+                n,
+                columnwise=columnwise,
+                out_dtype=torch.bfloat16,
+                device_splits=device,
+            )
+
+
+@pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
+def test_fp8_round_trip(device, rng):
+    splits = random_splits(5, None, rng, zero_at=("end",), mean_rows=200)
+    x = grouped_input(splits, 256, rng)
+    s = _device_splits(splits) if device else splits
+    q = cutequant.fp8_group_quantize(x, s)
+    for columnwise in (False, True):
+        got = dequant.fp8_group_dequantize(q, columnwise=columnwise)
+        data = q.col_data if columnwise else q.row_data
+        want = recipe_reference.fp8_group_dequantize(
+            data.cpu(), q.scale_inv.cpu(), splits, 256, columnwise=columnwise
+        )
+        assert_same_bits(got, want, f"fp8 round trip col={columnwise}")
+        amax_rows = torch.repeat_interleave(q.amax, torch.tensor(splits, device="cuda"))
+        tol = 0.07 * x.float().abs() + 1e-3 * amax_rows[:, None]
+        assert ((got.float() - x.float()).abs() <= tol).all()
+
+
+def test_no_recompile_for_new_splits(rng):
+    """New split sizes and group counts reuse the compiled kernels."""
+    from cutequant import jit
+
+    n = 256
+    splits = random_splits(4, None, rng)
+    data, scales, amax = random_nvfp4_buffers(splits, n, rng, columnwise=True)
+    check_nvfp4(
+        data,
+        scales,
+        amax,
+        splits,
+        n,
+        columnwise=True,
+        swizzled=False,
+        undo_rht=True,
+        out_dtype=torch.bfloat16,
+    )
+    before = jit.stats.compiles
+    for groups in (3, 17):
+        splits = random_splits(groups, None, rng)
+        data, scales, amax = random_nvfp4_buffers(splits, n, rng, columnwise=True)
+        check_nvfp4(
+            data,
+            scales,
+            amax,
+            splits,
+            n,
+            columnwise=True,
+            swizzled=False,
+            undo_rht=True,
+            out_dtype=torch.bfloat16,
+        )
+    assert jit.stats.compiles == before

@@ -1,0 +1,151 @@
+"""GPU: 2D (16x16-block) NVFP4 weight quantization, every byte against
+cutequant.recipe_reference (outputs poisoned first: scale padding included)."""
+
+import pytest
+import torch
+from recipe_util import assert_same_bits
+
+from cutequant import nvfp4_2d, recipe_reference, reference
+from cutequant.testing import poisoned_outputs
+
+pytestmark = pytest.mark.gpu
+
+DIRECTIONS = [(True, True), (True, False), (False, True)]
+
+
+def _weights(e, rows, cols, dtype, gen, spread=True):
+    w = torch.randn(e, rows, cols, generator=gen)
+    if spread:  # per-expert and per-block magnitudes over many binades, rare outliers
+        w = w * torch.exp2(torch.randint(-10, 10, (e, 1, 1), generator=gen).float())
+        w = w * torch.exp2(
+            torch.randint(-6, 6, (e, rows // 16, 1, cols // 16, 1), generator=gen).float()
+        ).expand(e, rows // 16, 16, cols // 16, 16).reshape(e, rows, cols)
+        w = torch.where(torch.rand(e, rows, cols, generator=gen) < 1e-3, w * 50, w)
+    return w.to(dtype).cuda()
+
+
+def check_2d(weights, *, rowwise=True, columnwise=True, swizzled=False, amax=None):
+    nvfp4_2d._check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled, amax)
+    with poisoned_outputs():
+        got = nvfp4_2d.nvfp4_quantize_2d_impl(weights, rowwise, columnwise, swizzled, amax)
+    torch.cuda.synchronize()
+    cpu = weights.cpu() if isinstance(weights, torch.Tensor) else [w.cpu() for w in weights]
+    want = recipe_reference.nvfp4_quantize_2d_experts(
+        cpu, swizzled=swizzled, amax=None if amax is None else amax.cpu()
+    )
+    rd, rs, cd, cs, a = got
+    assert_same_bits(a, want["amax"], "amax")
+    for key, t, on in (
+        ("row_data", rd, rowwise),
+        ("row_scales", rs, rowwise),
+        ("col_data", cd, columnwise),
+        ("col_scales", cs, columnwise),
+    ):
+        if not on:
+            assert t.numel() == 0, key
+            continue
+        a_, b_ = t.cpu().reshape(-1), want[key].reshape(-1)
+        assert a_.numel() == b_.numel(), (key, a_.numel(), b_.numel())
+        bad = (a_ != b_).nonzero()
+        assert len(bad) == 0, f"{key}: {len(bad)} bytes differ, first at {int(bad[0])}"
+    return got
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+@pytest.mark.parametrize("direction", DIRECTIONS, ids=["both", "row", "col"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_every_variant(dtype, direction, swizzled, rng):
+    """144 x 272: partial row and column tiles, padded scale blocks in both directions."""
+    rowwise, columnwise = direction
+    w = _weights(3, 144, 272, dtype, rng)
+    check_2d(w, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled)
+
+
+@pytest.mark.parametrize("shape", [(16, 16), (128, 128), (256, 384), (1024, 2048), (2048, 7168)])
+def test_shapes(shape, rng):
+    w = _weights(2, *shape, torch.bfloat16, rng)
+    check_2d(w, swizzled=True)
+    check_2d(w)
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+def test_list_of_experts_equals_stacked(swizzled, rng):
+    """Separately allocated experts (pointer array) give the stacked result; the pointer table
+    is built once per address list."""
+    stacked = _weights(5, 96, 160, torch.bfloat16, rng)
+    experts = [stacked[e].clone() for e in range(5)]
+    a = check_2d(experts, swizzled=swizzled)
+    b = check_2d(stacked, swizzled=swizzled)
+    for x, y in zip(a, b, strict=True):
+        assert torch.equal(x, y)
+    before = len(nvfp4_2d._PTR_TABLES)
+    check_2d(experts, swizzled=swizzled)
+    assert len(nvfp4_2d._PTR_TABLES) == before
+
+
+def test_many_experts_and_given_amax(rng):
+    w = _weights(64, 32, 64, torch.bfloat16, rng)
+    check_2d(w)
+    amax = torch.rand(64, generator=rng).cuda() * 10
+    check_2d(w, amax=amax)
+
+
+def test_extremes():
+    """TE's extremes: all zero, all +-dtype max, and NaN / inf entries (amax NaN / inf)."""
+    for dtype in (torch.bfloat16, torch.float32):
+        big = torch.finfo(dtype).max
+        w = torch.full((2, 64, 128), big, dtype=dtype, device="cuda")
+        w[:, 1::2] = -big
+        check_2d(w)
+        check_2d(torch.zeros(2, 64, 128, dtype=dtype, device="cuda"))
+        w = torch.randn(3, 64, 128, device="cuda").to(dtype)
+        w[0, 5, 7] = float("nan")
+        w[1, 20, 100] = float("inf")
+        w[2, 3, 3] = -float("inf")
+        check_2d(w)
+
+
+def test_public_api_round_trip(rng):
+    """nvfp4_quantize_weights_2d + dequantize: W from the rowwise half equals W^T from the
+    columnwise half, and is close to W."""
+    w = _weights(2, 256, 512, torch.bfloat16, rng, spread=False)
+    q = nvfp4_2d.nvfp4_quantize_weights_2d(w)
+    for e in range(2):
+        parts = q.expert(e)
+        row = reference.nvfp4_dequantize(
+            parts["row_data"].cpu(),
+            parts["row_scales"].cpu(),
+            parts["amax"].cpu(),
+            shape=(256, 512),
+        )
+        col = reference.nvfp4_dequantize(
+            parts["col_data"].cpu(),
+            parts["col_scales"].cpu(),
+            parts["amax"].cpu(),
+            shape=(512, 256),
+        )
+        assert torch.equal(row, col.t())
+        ref = w[e].float().cpu()
+        assert (row - ref).norm() / ref.norm() < 0.25  # 16x16 blocks: ~0.13 on randn
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+def test_dequantize_2d_with_the_grouped_kernel(swizzled, rng):
+    """2D results dequantize with the grouped dequantize kernel (experts = groups): both
+    directions give the same [E, R, C], equal to the reference dequantize."""
+    w = _weights(3, 144, 272, torch.bfloat16, rng)
+    q = nvfp4_2d.nvfp4_quantize_weights_2d(w, swizzled_scales=swizzled)
+    with poisoned_outputs():
+        row = q.dequantize()
+        col = q.dequantize(columnwise=True)
+    torch.cuda.synchronize()
+    assert torch.equal(row, col)
+    want = recipe_reference.nvfp4_group_dequantize(
+        q.row_data.cpu().view(-1, 136),
+        q.row_scales.cpu(),
+        q.amax.cpu(),
+        [144] * 3,
+        272,
+        swizzled=swizzled,
+    )
+    assert_same_bits(row.view(-1, 272), want, "2D dequantize")
