@@ -2,8 +2,9 @@
 
 from cutequant import ops  # noqa: F401  (registers the torch.library ops)
 from cutequant.amax import group_amax
-from cutequant.fp8 import Fp8GroupedTensor, fp8_group_dequantize, fp8_group_quantize
-from cutequant.nvfp4 import Nvfp4GroupedTensor, nvfp4_group_dequantize, nvfp4_group_quantize
+from cutequant.dequant import fp8_group_dequantize, nvfp4_group_dequantize
+from cutequant.fp8 import Fp8GroupedTensor, fp8_group_quantize
+from cutequant.nvfp4 import Nvfp4GroupedTensor, nvfp4_group_quantize
 
 __all__ = [
     "Fp8GroupedTensor",

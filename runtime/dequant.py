@@ -308,7 +308,8 @@ def nvfp4_group_dequantize(
     """High-precision [M, N] tensor back from an ``Nvfp4GroupedTensor``, in one launch and with
     no host synchronization. Rowwise, or ``columnwise``: from the columnwise data, transposed
     back, and (if it was quantized with the RHT and ``undo_rht``) inverse-transformed, giving x
-    back instead of RHT(x^T)."""
+    back instead of RHT(x^T). Inside ``torch.compile`` this runs as the
+    ``cutequant::nvfp4_group_dequantize`` op."""
     from cutequant.nvfp4 import Nvfp4GroupedTensor
 
     if not isinstance(result, Nvfp4GroupedTensor):
@@ -332,6 +333,10 @@ def nvfp4_group_dequantize(
         result.sign_mask,
         out_dtype,
     )
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        return ops.nvfp4_group_dequantize_op(*ops.split_arg(args, 3))
     _check_nvfp4_dequantize(*args)
     return nvfp4_group_dequantize_impl(*args)[0]
 
@@ -340,7 +345,8 @@ def fp8_group_dequantize(
     result, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
 ) -> torch.Tensor:
     """High-precision [M, N] tensor back from an ``Fp8GroupedTensor`` (rowwise, or the
-    transposed copies transposed back), in one launch, no host synchronization."""
+    transposed copies transposed back), in one launch, no host synchronization. Inside
+    ``torch.compile`` this runs as the ``cutequant::fp8_group_dequantize`` op."""
     from cutequant.fp8 import Fp8GroupedTensor
 
     if not isinstance(result, Fp8GroupedTensor):
@@ -358,6 +364,11 @@ def fp8_group_dequantize(
         columnwise,
         out_dtype,
     )
+    if torch.compiler.is_compiling():  # fp8 crosses the op boundary as uint8
+        from cutequant import ops
+
+        raw = (data.view(torch.uint8), data.dtype, *args[1:])
+        return ops.fp8_group_dequantize_op(*ops.split_arg(raw, 3))
     _check_fp8_dequantize(*args)
     return fp8_group_dequantize_impl(*args)[0]
 

@@ -23,6 +23,7 @@ import torch
 from torch.library import custom_op
 
 from cutequant import amax as _amax
+from cutequant import dequant as _dequant
 from cutequant import fp8 as _fp8
 from cutequant import groups
 from cutequant import nvfp4 as _nvfp4
@@ -189,35 +190,43 @@ def nvfp4_group_quantize_traced(
     )
 
 
+def split_arg(args: tuple, index: int) -> tuple:
+    """``args`` with its ``splits`` (at ``index``) as (device_splits, host_splits)."""
+    return (*args[:index], *_split_args(args[index]), *args[index + 1 :])
+
+
 @custom_op("cutequant::nvfp4_group_dequantize", mutates_args=(), device_types="cuda")
 def nvfp4_group_dequantize_op(
     data: Tensor,
     scales: Tensor,
     amax: Tensor,
-    device_starts: Tensor | None,
+    device_splits: Tensor | None,
     host_splits: list[int] | None,
     n_cols: int,
     columnwise: bool,
     swizzled: bool,
-    rht: bool,
-    sign_mask: int,
     undo_rht: bool,
+    sign_mask: int,
     out_dtype: torch.dtype,
+    transposed_out: bool = False,
 ) -> Tensor:
-    """[M, N] ``out_dtype`` from one side of an NVFP4 result (``nvfp4.dequantize_impl``)."""
-    return _nvfp4.dequantize_impl(
-        data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht,
-        sign_mask, undo_rht, out_dtype,
+    """[M, N] ``out_dtype`` (flat [M * N] with ``transposed_out``) from one direction of an
+    NVFP4 result (``dequant.nvfp4_group_dequantize_impl``)."""
+    args = (
+        data, scales, amax, _splits(device_splits, host_splits), n_cols, columnwise, swizzled,
+        undo_rht, sign_mask, out_dtype,
     )  # fmt: skip
+    _dequant._check_nvfp4_dequantize(*args)
+    return _dequant.nvfp4_group_dequantize_impl(*args, transposed_out)[0]
 
 
 @nvfp4_group_dequantize_op.register_fake
 def _(
-    data, scales, amax, device_starts, host_splits, n_cols, columnwise, swizzled, rht, sign_mask,
-    undo_rht, out_dtype,
+    data, scales, amax, device_splits, host_splits, n_cols, columnwise, swizzled, undo_rht,
+    sign_mask, out_dtype, transposed_out=False,
 ):  # fmt: skip
-    m = data.shape[0] if not columnwise else 2 * data.numel() // n_cols
-    return data.new_empty((m, n_cols), dtype=out_dtype)
+    m = data.numel() * 2 // n_cols
+    return data.new_empty((m * n_cols,) if transposed_out else (m, n_cols), dtype=out_dtype)
 
 
 # --------------------------------------------------------------------------- FP8
@@ -294,21 +303,24 @@ def fp8_group_dequantize_op(
     data: Tensor,
     fp8_dtype: torch.dtype,
     scale_inv: Tensor,
-    device_starts: Tensor | None,
+    device_splits: Tensor | None,
     host_splits: list[int] | None,
     n_cols: int,
     columnwise: bool,
     out_dtype: torch.dtype,
 ) -> Tensor:
-    """[M, N] ``out_dtype`` from one side of an FP8 result (``fp8.dequantize_impl``); the
-    data as uint8 bytes of ``fp8_dtype``."""
-    return _fp8.dequantize_impl(
-        data.view(fp8_dtype), scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype
-    )
+    """[M, N] ``out_dtype`` from one direction of an FP8 result, the data as uint8 bytes of
+    ``fp8_dtype`` (``dequant.fp8_group_dequantize_impl``)."""
+    args = (
+        data.view(fp8_dtype), scale_inv, _splits(device_splits, host_splits), n_cols,
+        columnwise, out_dtype,
+    )  # fmt: skip
+    _dequant._check_fp8_dequantize(*args)
+    return _dequant.fp8_group_dequantize_impl(*args)[0]
 
 
 @fp8_group_dequantize_op.register_fake
-def _(data, fp8_dtype, scale_inv, device_starts, host_splits, n_cols, columnwise, out_dtype):
+def _(data, fp8_dtype, scale_inv, device_splits, host_splits, n_cols, columnwise, out_dtype):
     return data.new_empty((data.numel() // n_cols, n_cols), dtype=out_dtype)
 
 

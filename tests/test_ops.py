@@ -9,7 +9,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import cutequant
-from cutequant import nvfp4, ops, reference
+from cutequant import nvfp4, ops, recipe_reference, reference
 from cutequant.testing import grouped_input, random_splits
 
 OPS = torch.ops.cutequant
@@ -144,12 +144,10 @@ def test_opcheck_nvfp4_dequantize(device_splits, columnwise, swizzled, rng):
     x = grouped_input(splits, 256, rng)
     res = cutequant.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled)
     side = "col" if columnwise else "row"
-    starts = torch.tensor([0, *itertools.accumulate(splits)], dtype=torch.int32, device="cuda")
     args = (
         getattr(res, f"{side}_data"), getattr(res, f"{side}_scales"),
-        res.amax_col if columnwise else res.amax_row,
-        starts if device_splits else None, None if device_splits else splits,
-        256, columnwise, swizzled, True, MASK, True, torch.bfloat16,
+        res.amax_col if columnwise else res.amax_row, *_groups_args(splits, device_splits),
+        256, columnwise, swizzled, columnwise, MASK, torch.bfloat16,
     )  # fmt: skip
     _opcheck(OPS.nvfp4_group_dequantize, args, False)
 
@@ -204,7 +202,7 @@ def test_nvfp4_dequantize_every_group_bit_exact(swizzled, device_splits, rng):
             col = reference.nvfp4_dequantize(
                 r["col_data"], r["col_scales"], r["amax_col"], shape=(384, m_g), swizzled=swizzled
             )
-            want_c = reference.inverse_rht_along_tokens(col, MASK)
+            want_c = recipe_reference.inverse_rht_exact(col, MASK)  # the kernels' fp32 order
             assert torch.equal(cols[row0 : row0 + m_g], want_c.cpu()), g
         row0 += m_g
 
