@@ -249,3 +249,59 @@ def nvfp4_fake_quant_linear(
         raise ValueError(f"bias: expected shape ({weight.shape[0]},)")
     _checks.check_sign_mask(sign_mask)
     return _Nvfp4FakeQuantLinear.apply(x, weight, bias, sign_mask)
+
+
+# ------------------------------------------------------------------------------ public ops
+
+
+def nvfp4_fake_quantize(
+    x: torch.Tensor,
+    splits,
+    *,
+    columnwise: bool = False,
+    rht: bool = True,
+    sign_mask: int = DEFAULT_SIGN_MASK,
+    stochastic_rounding: bool = False,
+    rng_state: torch.Tensor | None = None,
+    amax: torch.Tensor | None = None,
+    out_dtype: torch.dtype = torch.bfloat16,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """NVFP4 fake-quant of grouped bf16 ``x[sum(splits), N]``: the values a GEMM on NVFP4 data
+    would see, bit-identical to ``nvfp4_group_dequantize(nvfp4_group_quantize(x, ...))``.
+
+    Rowwise (activations for fprop, gradients for dgrad; ``stochastic_rounding`` for the
+    gradients): ``(y [M, N], amax_row [G])``. ``columnwise=True`` (the wgrad operands): the
+    columnwise quantize of RHT(x_g^T) (or x_g^T without ``rht``), left transposed and in the
+    RHT domain as the wgrad GEMM consumes it: ``(y_t, amax_col [G])`` with ``y_t`` flat
+    [M * N], group g's [N, M_g] block at element row_start_g * N. ``amax``: fp32 [G] of that
+    direction to use, else computed. ``rng_state``: int64 [2] (seed, offset); drawn with
+    ``torch.randint`` when stochastic rounding has none. Inside ``torch.compile`` this runs as
+    the ``cutequant::nvfp4_fake_quantize`` op."""
+    if stochastic_rounding is True and rng_state is None:
+        rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        device_splits, host_splits = ops.split_arg((splits,), 0)
+        return ops.nvfp4_fake_quantize_op(
+            x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
+            rng_state, amax, out_dtype,
+        )  # fmt: skip
+    return fake_quantize_checked(
+        x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
+    )
+
+
+def fake_quantize_checked(
+    x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
+):
+    """Checks, then the rowwise or columnwise fake-quant (what the op runs too)."""
+    _checks.check_flag(columnwise, "columnwise")
+    if columnwise:
+        _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype, rht,
+                             sign_mask)  # fmt: skip
+        return nvfp4_fake_quantize_columnwise_impl(
+            x, splits, amax, rht, sign_mask, stochastic_rounding, rng_state, out_dtype
+        )
+    _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype)
+    return nvfp4_fake_quantize_rows_impl(x, splits, amax, stochastic_rounding, rng_state, out_dtype)

@@ -325,9 +325,20 @@ def nvfp4_quantize_weights_2d(
 ) -> Nvfp4WeightTensor:
     """2D 16x16-block NVFP4 quantization of E experts' weights (stacked [E, R, C] or a list
     of [R, C]; bf16, f16 or fp32). ``columnwise=True`` alone gives the transposed operand only.
-    ``amax``: fp32 [E] per-expert global amax to use (else max |W_e|, computed)."""
-    _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled_scales, amax)
-    rd, rs, cd, cs, a = nvfp4_quantize_2d_impl(weights, rowwise, columnwise, swizzled_scales, amax)
+    ``amax``: fp32 [E] per-expert global amax to use (else max |W_e|, computed). Inside
+    ``torch.compile`` this runs as the ``cutequant::nvfp4_quantize_weights_2d`` op."""
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        stacked, experts = ops.weight_args(weights)
+        rd, rs, cd, cs, a = ops.nvfp4_quantize_weights_2d_op(
+            stacked, experts, rowwise, columnwise, swizzled_scales, amax
+        )
+    else:
+        _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled_scales, amax)
+        rd, rs, cd, cs, a = nvfp4_quantize_2d_impl(
+            weights, rowwise, columnwise, swizzled_scales, amax
+        )
     first = weights if isinstance(weights, torch.Tensor) else weights[0]
     return Nvfp4WeightTensor(
         rows=first.shape[-2],
@@ -339,3 +350,21 @@ def nvfp4_quantize_weights_2d(
         amax=a,
         swizzled_scales=swizzled_scales,
     )
+
+
+def nvfp4_fake_quantize_weights_2d(
+    weights, *, amax: torch.Tensor | None = None, out_dtype: torch.dtype = torch.bfloat16
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """2D 16x16-block NVFP4 fake-quant of E experts' weights (stacked [E, R, C] or a list of
+    [R, C]): ``(w [E, R, C] out_dtype, amax [E])``, bit-identical to quantizing with
+    ``nvfp4_quantize_weights_2d`` and dequantizing (the columnwise operand is its transpose).
+    Inside ``torch.compile`` this runs as the ``cutequant::nvfp4_fake_quantize_weights_2d`` op."""
+    if torch.compiler.is_compiling():
+        from cutequant import ops
+
+        stacked, experts = ops.weight_args(weights)
+        return ops.nvfp4_fake_quantize_weights_2d_op(stacked, experts, amax, out_dtype)
+    _check_nvfp4_quantize_2d(weights, True, True, False, amax)
+    if out_dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"out_dtype: must be torch.bfloat16 or torch.float16, got {out_dtype}")
+    return nvfp4_fake_quantize_2d_impl(weights, amax, out_dtype)

@@ -24,9 +24,11 @@ from torch.library import custom_op
 
 from cutequant import amax as _amax
 from cutequant import dequant as _dequant
+from cutequant import fake_quant as _fake_quant
 from cutequant import fp8 as _fp8
 from cutequant import groups
 from cutequant import nvfp4 as _nvfp4
+from cutequant import nvfp4_2d as _nvfp4_2d
 
 Tensor = torch.Tensor
 
@@ -324,10 +326,109 @@ def _(data, fp8_dtype, scale_inv, device_splits, host_splits, n_cols, columnwise
     return data.new_empty((data.numel() // n_cols, n_cols), dtype=out_dtype)
 
 
+# --------------------------------------------------------------------------- NVFP4 recipe
+
+
+@custom_op("cutequant::nvfp4_fake_quantize", mutates_args=(), device_types="cuda")
+def nvfp4_fake_quantize_op(
+    x: Tensor,
+    device_splits: Tensor | None,
+    host_splits: list[int] | None,
+    columnwise: bool,
+    rht: bool,
+    sign_mask: int,
+    stochastic_rounding: bool,
+    rng_state: Tensor | None,
+    amax: Tensor | None,
+    out_dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """(y [M, N] or, columnwise, y_t flat [M * N], amax [G]): ``fake_quant.nvfp4_fake_quantize``."""
+    return _fake_quant.fake_quantize_checked(
+        x, _splits(device_splits, host_splits), columnwise, rht, sign_mask,
+        stochastic_rounding, rng_state, amax, out_dtype,
+    )  # fmt: skip
+
+
+@nvfp4_fake_quantize_op.register_fake
+def _(
+    x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state,
+    amax, out_dtype,
+):  # fmt: skip
+    m, n = x.shape
+    y = x.new_empty((m * n,) if columnwise else (m, n), dtype=out_dtype)
+    return y, x.new_empty((_num_groups(device_splits, host_splits),), dtype=torch.float32)
+
+
+def weight_args(weights):
+    """(stacked, experts) op arguments of a public call's ``weights``."""
+    if isinstance(weights, torch.Tensor):
+        return weights, []
+    return None, list(weights)
+
+
+def _weights(stacked, experts):
+    """A stacked [E, R, C] tensor, else the list of experts (the schema has no optional list)."""
+    return stacked if stacked is not None else list(experts)
+
+
+@custom_op("cutequant::nvfp4_quantize_weights_2d", mutates_args=(), device_types="cuda")
+def nvfp4_quantize_weights_2d_op(
+    stacked: Tensor | None,
+    experts: list[Tensor],
+    rowwise: bool,
+    columnwise: bool,
+    swizzled_scales: bool,
+    amax: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """(row_data, row_scales, col_data, col_scales, amax [E]): ``nvfp4_2d.nvfp4_quantize_2d_impl``
+    (a disabled direction's two outputs are empty uint8 tensors)."""
+    weights = _weights(stacked, experts)
+    _nvfp4_2d._check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled_scales, amax)
+    return _nvfp4_2d.nvfp4_quantize_2d_impl(weights, rowwise, columnwise, swizzled_scales, amax)
+
+
+@nvfp4_quantize_weights_2d_op.register_fake
+def _(stacked, experts, rowwise, columnwise, swizzled_scales, amax):
+    first = stacked if stacked is not None else experts[0]
+    num_experts = stacked.shape[0] if stacked is not None else len(experts)
+    rows, cols = first.shape[-2:]
+    shapes = _nvfp4_2d.output_shapes(num_experts, rows, cols)
+    out = []
+    for side, on in (("row", rowwise), ("col", columnwise)):
+        for kind in ("data", "scales"):
+            out.append(first.new_empty(shapes[f"{side}_{kind}"] if on else (0,), dtype=torch.uint8))
+    return (*out, first.new_empty((num_experts,), dtype=torch.float32))
+
+
+@custom_op("cutequant::nvfp4_fake_quantize_weights_2d", mutates_args=(), device_types="cuda")
+def nvfp4_fake_quantize_weights_2d_op(
+    stacked: Tensor | None,
+    experts: list[Tensor],
+    amax: Tensor | None,
+    out_dtype: torch.dtype,
+) -> tuple[Tensor, Tensor]:
+    """(w [E, R, C], amax [E]): ``nvfp4_2d.nvfp4_fake_quantize_2d_impl``."""
+    weights = _weights(stacked, experts)
+    _nvfp4_2d._check_nvfp4_quantize_2d(weights, True, True, False, amax)
+    return _nvfp4_2d.nvfp4_fake_quantize_2d_impl(weights, amax, out_dtype)
+
+
+@nvfp4_fake_quantize_weights_2d_op.register_fake
+def _(stacked, experts, amax, out_dtype):
+    first = stacked if stacked is not None else experts[0]
+    num_experts = stacked.shape[0] if stacked is not None else len(experts)
+    rows, cols = first.shape[-2:]
+    w = first.new_empty((num_experts, rows, cols), dtype=out_dtype)
+    return w, first.new_empty((num_experts,), dtype=torch.float32)
+
+
 OPS = {
     "group_amax": group_amax_op,
     "nvfp4_group_quantize": nvfp4_group_quantize_op,
     "nvfp4_group_dequantize": nvfp4_group_dequantize_op,
     "fp8_group_quantize": fp8_group_quantize_op,
     "fp8_group_dequantize": fp8_group_dequantize_op,
+    "nvfp4_fake_quantize": nvfp4_fake_quantize_op,
+    "nvfp4_quantize_weights_2d": nvfp4_quantize_weights_2d_op,
+    "nvfp4_fake_quantize_weights_2d": nvfp4_fake_quantize_weights_2d_op,
 }

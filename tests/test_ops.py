@@ -142,7 +142,10 @@ def test_opcheck_nvfp4_quantize(flags, device_splits, rng):
 def test_opcheck_nvfp4_dequantize(device_splits, columnwise, swizzled, rng):
     splits = random_splits(4, 512, rng, zero_at=("end",))
     x = grouped_input(splits, 256, rng)
-    res = cutequant.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled)
+    dev_splits, _ = _groups_args(splits, True)
+    res = cutequant.nvfp4_group_quantize(
+        x, dev_splits if device_splits else splits, swizzled_scales=swizzled
+    )  # device splits: upper-bound scale buffers, as the dequantize checks
     side = "col" if columnwise else "row"
     args = (
         getattr(res, f"{side}_data"), getattr(res, f"{side}_scales"),
@@ -304,3 +307,67 @@ def test_ops_follow_the_current_stream(rng):
     side.synchronize()
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
+
+
+# --------------------------------------------------------------------------- recipe ops
+
+
+def test_recipe_fake_shapes():
+    with FakeTensorMode():
+        x = torch.empty(128, 64, dtype=torch.bfloat16, device="cuda")
+        y, a = OPS.nvfp4_fake_quantize(
+            x, None, [64, 64], True, True, MASK, False, None, None, torch.float16
+        )
+        w = torch.empty(3, 32, 48, dtype=torch.bfloat16, device="cuda")
+        rd, rs, cd, cs, wa = OPS.nvfp4_quantize_weights_2d(w, [], True, False, True, None)
+        experts = [torch.empty(32, 48, dtype=torch.bfloat16, device="cuda") for _ in range(2)]
+        fq, fa = OPS.nvfp4_fake_quantize_weights_2d(None, experts, None, torch.bfloat16)
+    assert tuple(y.shape) == (128 * 64,) and y.dtype == torch.float16 and tuple(a.shape) == (2,)
+    assert tuple(rd.shape) == (3, 32, 24) and tuple(rs.shape) == (3, 128, 4)
+    assert tuple(cd.shape) == (0,) and tuple(cs.shape) == (0,) and tuple(wa.shape) == (3,)
+    assert tuple(fq.shape) == (2, 32, 48) and tuple(fa.shape) == (2,)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("device_splits", [False, True])
+@pytest.mark.parametrize("columnwise,stochastic", [(False, False), (False, True), (True, True)])
+def test_opcheck_fake_quantize(columnwise, stochastic, device_splits, rng):
+    splits = random_splits(3, 384, rng, zero_at=("middle",))
+    x = grouped_input(splits, 128, rng)
+    rng_state = torch.tensor([5, 9], device="cuda") if stochastic else None
+    args = (
+        x, *_groups_args(splits, device_splits), columnwise, True, MASK, stochastic, rng_state,
+        None, torch.bfloat16,
+    )  # fmt: skip
+    _opcheck(OPS.nvfp4_fake_quantize, args, False)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("listed", [False, True])
+def test_opcheck_weights_2d(listed, rng):
+    w = torch.randn(3, 64, 128, generator=rng).to(torch.bfloat16).cuda()
+    stacked, experts = (None, list(w.unbind(0))) if listed else (w, [])
+    _opcheck(OPS.nvfp4_quantize_weights_2d, (stacked, experts, True, True, True, None), False)
+    _opcheck(OPS.nvfp4_fake_quantize_weights_2d, (stacked, experts, None, torch.bfloat16), False)
+
+
+def _recipe_step(x, splits, w):
+    """Activations rowwise and columnwise (RHT domain), weights 2D: the three recipe slots."""
+    xr, _ = cutequant.nvfp4_fake_quantize(x, splits)
+    xc, amax_col = cutequant.nvfp4_fake_quantize(x, splits, columnwise=True)
+    wq, _ = cutequant.nvfp4_fake_quantize_weights_2d(w)
+    q = cutequant.nvfp4_quantize_weights_2d(w, swizzled_scales=True)
+    return xr @ wq[0], xc, amax_col, q.row_data, q.col_scales, q.amax
+
+
+@pytest.mark.gpu
+def test_compile_recipe_ops_match_eager(rng):
+    torch._dynamo.reset()
+    splits = random_splits(3, 512, rng)
+    x = grouped_input(splits, 128, rng)
+    w = torch.randn(2, 128, 64, generator=rng).to(torch.bfloat16).cuda()
+    s = torch.tensor(splits, device="cuda")
+    eager = _recipe_step(x, s, w)
+    compiled = torch.compile(_recipe_step, fullgraph=True)(x, s, w)
+    for i, (a, b) in enumerate(zip(compiled, eager, strict=True)):
+        assert torch.equal(a.view(torch.uint8), b.view(torch.uint8)), i
