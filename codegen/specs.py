@@ -296,8 +296,8 @@ class DequantizeSpec(KernelSpec):
 
 @dataclass(frozen=True)
 class Nvfp4Quantize2dSpec(KernelSpec):
-    """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (te_semantics.md
-    section 2), stacked [E, R, C] or a device array of E pointers (chosen at run time), one CTA
+    """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (docs/numerics.md
+    §2), stacked [E, R, C] or a device array of E pointers (chosen at run time), one CTA
     per 64 x 128 tile of one expert. ``amax_pass``: the kernel that only folds each expert's
     amax (``kernels/group_fold.py``); otherwise the quantize kernel: rowwise data and/or the
     columnwise data (the exact nibble transpose), each block's e4m3 scale in both scale

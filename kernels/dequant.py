@@ -157,7 +157,7 @@ def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str) -> list:
 
 @cute.jit
 def nvfp4_decode_scale(amax: Float32) -> Float32:
-    """S_dec = f32(1 / S_enc(amax)) of a group (te_semantics.md section 1.1)."""
+    """S_dec = f32(1 / S_enc(amax)) of a group (docs/numerics.md §1.1)."""
     return dev.rcp_rn(dev.global_encode_scale(amax))
 
 

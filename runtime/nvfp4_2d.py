@@ -1,6 +1,6 @@
 """2D (16x16-block) NVFP4 quantization of grouped weights: ``nvfp4_quantize_weights_2d``.
 
-The weight slot of TE's NVFP4 recipe (te_semantics.md section 2): one amax per 16x16 block, no
+The weight slot of TE's NVFP4 recipe (docs/numerics.md §2): one amax per 16x16 block, no
 RHT; a block's rowwise and columnwise scales hold the same e4m3 byte and the columnwise data is
 the exact transpose of the rowwise data, so ``W`` and ``W^T`` quantize identically (what the
 fprop and the dgrad GEMM consume). Experts come as one stacked [E, R, C] tensor or as a list of

@@ -1,6 +1,6 @@
 """Pure-torch reference (CPU-capable) of the rest of the NVFP4 training recipe: grouped
 dequantize (NVFP4 rowwise / columnwise with or without the inverse RHT, FP8 rowwise /
-transposed), 2D 16x16 NVFP4 quantization of weights (te_semantics.md section 2) and fused
+transposed), 2D 16x16 NVFP4 quantization of weights (docs/numerics.md §2) and fused
 fake-quant. The oracle of the dequantize, 2D-quantize and fake-quant kernels; built on the
 primitives of ``cutequant.reference`` (kept in their own module so that both stay readable).
 
@@ -141,7 +141,7 @@ def fp8_group_dequantize(
 def nvfp4_quantize_2d(
     w: torch.Tensor, amax, *, swizzled: bool = False
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """te_semantics.md section 2.1: 16x16-block NVFP4 of one matrix ``w`` [R, C] (R, C % 16 ==
+    """docs/numerics.md §2: 16x16-block NVFP4 of one matrix ``w`` [R, C] (R, C % 16 ==
     0; bf16 / f16 / fp32, fp32 not pre-rounded) with the global amax ``amax``.
 
     ``block_amax`` = max |w| over each 16x16 block (NaN propagates), then the 1D formulas of

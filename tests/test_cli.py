@@ -248,7 +248,7 @@ def test_cache_clear_stale_keeps_current_entries(cache_root, capsys):
     names = sorted(p.name for p in (cache_root / "kernels").glob("*.so"))
     # an entry of another install: same files under another name, other DSL version
     other = cache.Entry(cache_root, "cq_group_tables_" + "f" * 24)
-    meta = cache.read_metadata(cache.Entry(cache_root, names[0][:-2]))
+    meta = cache.read_metadata(cache.Entry(cache_root, names[0].removesuffix(".so")))
     cache.write_entry(
         other,
         lambda path: path.write_bytes(b"object of another DSL"),
