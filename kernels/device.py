@@ -218,6 +218,24 @@ def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def max_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    return _u32_op("max.u32 $0, $1, $2;", a, b, loc, ip)
+
+
+@dsl_user_op
+def and_or(a: Uint32, mask: Uint32, bits: Uint32, *, loc=None, ip=None) -> Uint32:
+    """(a & mask) | bits in one LOP3 (left to itself, ptxas splits it when both are constants)."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "lop3.b32 $0, $1, $2, $3, 0xEA;",
+            "=r,r,r,r",
+            _ir((a, mask, bits), (Uint32, Uint32, Uint32), loc, ip),
+        )
+    )
+
+
+@dsl_user_op
 def mul_hi_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
     """High 32 bits of the 64-bit product (the low half is plain ``a * b``)."""
     return _u32_op("mul.hi.u32 $0, $1, $2;", a, b, loc, ip)

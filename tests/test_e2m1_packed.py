@@ -147,3 +147,25 @@ def test_full_space():
         v = (np.arange(1 << 24, dtype=np.uint64) + (chunk << 24)).astype(U32)
         bad += check_chunk(v)
     assert bad == 0
+
+
+def test_sr_step_bits():
+    """``stochastic.e2m1_sr_code_bits``: (byte / 512) * p with p = bits(max(bits(a), 1.0) &
+    0x7F800000) equals TE's (byte / 256) * step(a) for every a in [0, 6] (and the clamped NaN)."""
+    a = np.arange(0, 0x40C00001, 997, dtype=np.int64).astype(U32)  # 0 .. 6.0, every binade
+    a = np.concatenate([a, np.array([0x3F800000, 0x3F7FFFFF, 0x40000000, 0x407FFFFF], U32)])
+    p = (np.maximum(a, U32(0x3F800000)) & U32(0x7F800000)).view(np.float32)
+    af = a.view(np.float32)
+    step = np.where(af < 2, 0.5, np.where(af < 4, 1.0, 2.0))
+    for byte in (1, 77, 128, 255):
+        assert np.array_equal(np.float32(byte / 512) * p, (byte / 256 * step).astype(np.float32))
+
+
+def test_sr_random_byte_magic():
+    """``stochastic.random_bytes_f32``: (byte | 2^14 bits) - 2^14 and (byte << 8 | 2^6 bits) - 2^6
+    are byte / 512 exactly, for every byte."""
+    b = np.arange(256, dtype=U32)
+    want = b.astype(np.float32) / np.float32(512)
+    lo = (b | U32(0x46800000)).view(np.float32) - np.float32(16384.0)
+    hi = ((b << U32(8)) | U32(0x42800000)).view(np.float32) - np.float32(64.0)
+    assert np.array_equal(lo, want) and np.array_equal(hi, want)
