@@ -77,7 +77,8 @@ def test_packed_encoder_all_fp32_patterns():
             Int32(base - (1 << 32) if base >= 1 << 31 else base),
             stream,
         )
-        bits = (idx + base).to(torch.int32)  # wraps like the kernel's u32 patterns
+        pattern = idx + base
+        bits = torch.where(pattern >= 1 << 31, pattern - (1 << 32), pattern).to(torch.int32)
         v = bits.view(torch.float32)
         want = reference.e2m1_encode(v)
         neg_nan = torch.isnan(v) & (bits < 0)
