@@ -1,5 +1,5 @@
 """CPU: a numpy emulation of the packed e2m1 encoder's exact instruction sequence
-(``kernels/device.py``: ``bf16x2_rto``, ``e2m1_bf16x2_codes``, ``e2m1x8``) against the
+(``kernels/device.py``: ``e2m1_bf16x2_codes``, ``e2m1x8``) against the
 comparison-based reference ``cutequant.reference.e2m1_encode``.
 
 CI runs every special value (ties, their fp32 and bf16 neighbours, saturation, +-0, +-inf,
@@ -30,14 +30,15 @@ def bf16_to_f32(h: np.ndarray) -> np.ndarray:
 
 
 def rto_bf16(bits: np.ndarray) -> np.ndarray:
-    """``bf16x2_rto`` for one half: (b >> 16) | (((b + 0xFFFF) >> 16) & 1), wrapping add."""
-    carry = ((bits + U32(0xFFFF)) >> U32(16)) & U32(1)  # uint32 add wraps like add.u32
-    return (bits >> U32(16)) | carry
+    """The round-to-odd half of ``e2m1_bf16x2_codes``: upper 16 bits | min.u16(lower 16 bits, 1)
+    (the sign stays here; the LOP3 clears it, ``bf16_codes`` masks it)."""
+    return (bits >> U32(16)) | np.minimum(bits & U32(0xFFFF), U32(1))
 
 
 def bf16_codes(h: np.ndarray) -> np.ndarray:
-    """``e2m1_bf16x2_codes`` for one half: abs, min with 6 (NaN -> 6), three single-rounding
-    bf16 fmas against 128 / 130 / 132, min of the three; returns the bf16 bits (0x4300 + code)."""
+    """``e2m1_bf16x2_codes`` after the round to odd: abs, min with 6 (NaN -> 6), three
+    single-rounding bf16 fmas against 128 / 130 / 132, min of the three; returns the bf16 bits
+    (0x4300 + code)."""
     a = bf16_to_f32(h & U32(0x7FFF))
     a = np.fmin(a, np.float32(6.0))  # min.bf16x2: a NaN operand gives the other one
     a64 = a.astype(np.float64)
