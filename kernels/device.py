@@ -491,7 +491,7 @@ def pack_e2m1x8(v, code_bits) -> Uint32:
     return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
 
 
-# Packed e2m1 RNE: two values per bf16x2 instruction (perf/NOTES.md, attempt 66).
+# Packed e2m1 RNE: two values per bf16x2 instruction (perf/NOTES.md, "Issue 17").
 # 1. Round the fp32 value to odd at bf16 precision: its upper 16 bits, lsb set when any of the
 #    lower 16 is (sticky). Rounding to odd first and then to nearest is exact when the first
 #    format has >= 2 more significand bits than the second (bf16 has 8, e2m1 at most 2 in

@@ -60,7 +60,7 @@ def e2m1_sr_code_bits(v: Float32, rb: Float32) -> Uint32:
     fp32 rounding, as TE), the code is min(floor(2t), floor(t) + 2, floor(t/2) + 4) (t < 8),
     each floor one round-down fma against 2^23. p costs a max and an AND on the bit pattern
     (non-negative floats order like integers): 2 instructions where the fmul-and-two-clamps
-    form took 4 (perf/NOTES.md attempt 66)."""
+    form took 4 (perf/NOTES.md, "Issue 17")."""
     a = cute.arch.fmin(cute.math.absf(v), Float32(6.0))  # NaN -> 6, as the RN path
     p = dev.bits_f32(dev.max_u32(dev.f32_bits(a), Uint32(0x3F800000)) & Uint32(0x7F800000))
     t = dev.fma_rn(rb, p, a)
@@ -75,7 +75,7 @@ def e2m1_sr_code_bits(v: Float32, rb: Float32) -> Uint32:
 # 2^14 (ulp 2^-9), byte 1 (bits 8-15) under 2^6 (ulp 2^-17); bytes 2 and 3 the same after one
 # shift. 9 instructions per word; the PRMT form (8) kept its four selectors in registers that
 # ptxas re-materialized from uniform registers at the 96-register cap: 47 extra IMAD.U32 per
-# 32 values in the columnwise SR loop (perf/NOTES.md attempt 66).
+# 32 values in the columnwise SR loop (perf/NOTES.md, "Issue 17").
 _BYTE_MAGIC = ((0xFF, 0x46800000, 16384.0), (0xFF00, 0x42800000, 64.0))
 
 
