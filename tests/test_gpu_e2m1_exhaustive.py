@@ -41,10 +41,12 @@ def _launch(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: c
     )
 
 
-def _compile(options: str = ""):
+def _compile(*options: str):
+    """Compile the test launcher (``options``: e.g. "--gpu-arch sm_90a" without a GPU)."""
     gmem = cute.AddressSpace.gmem
     ptr = cute.runtime.make_ptr(cutlass.Uint32, 0, gmem, assumed_align=4)
-    return cute.compile(_launch, ptr, ptr, Int32(0), cuda.CUstream(0), options=options)
+    kw = {"options": " ".join(options)} if options else {}
+    return cute.compile(_launch, ptr, ptr, Int32(0), cuda.CUstream(0), **kw)
 
 
 def test_exhaustive_kernel_compiles_for_sm90a():
