@@ -218,6 +218,24 @@ def prmt(a: Uint32, b: Uint32, selector: int, *, loc=None, ip=None) -> Uint32:
 
 
 @dsl_user_op
+def max_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
+    return _u32_op("max.u32 $0, $1, $2;", a, b, loc, ip)
+
+
+@dsl_user_op
+def and_or(a: Uint32, mask: Uint32, bits: Uint32, *, loc=None, ip=None) -> Uint32:
+    """(a & mask) | bits in one LOP3 (left to itself, ptxas splits it when both are constants)."""
+    return Uint32(
+        _asm(
+            T.i32(),
+            "lop3.b32 $0, $1, $2, $3, 0xEA;",
+            "=r,r,r,r",
+            _ir((a, mask, bits), (Uint32, Uint32, Uint32), loc, ip),
+        )
+    )
+
+
+@dsl_user_op
 def mul_hi_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
     """High 32 bits of the 64-bit product (the low half is plain ``a * b``)."""
     return _u32_op("mul.hi.u32 $0, $1, $2;", a, b, loc, ip)
@@ -449,10 +467,12 @@ def e2m1_code_bits(v: Float32) -> Uint32:
     return f32_bits(cute.arch.fmin(cute.arch.fmin(t1, t2), t3))
 
 
-def e2m1x8(v) -> Uint32:
+def e2m1x8_fp32(v) -> Uint32:
     """Eight fp32 values (already times enc) -> eight e2m1 nibbles (RNE), element 0 in bits
-    0-3. NaN gives code 7 (+6) like the hardware cvt: fmin(NaN, 6) = 6, and NVIDIA arithmetic
-    returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN operand of v = x * enc."""
+    0-3, one value per fp32 instruction: the reference of the packed ``e2m1x8`` in
+    tests/test_gpu_e2m1_exhaustive.py. NaN gives code 7 (+6) like the hardware cvt: fmin(NaN,
+    6) = 6, and NVIDIA arithmetic returns the canonical NaN 0x7FFFFFFF (sign clear) for any NaN
+    operand of v = x * enc."""
     return pack_e2m1x8(v, [e2m1_code_bits(x) for x in v])
 
 
@@ -469,6 +489,72 @@ def pack_e2m1x8(v, code_bits) -> Uint32:
     even = prmt(prmt(bits[0], bits[2], 0x00FB), prmt(bits[4], bits[6], 0x00FB), 0x5410)
     odd = prmt(prmt(bits[1], bits[3], 0x00FB), prmt(bits[5], bits[7], 0x00FB), 0x5410)
     return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
+
+
+# Packed e2m1 RNE: two values per bf16x2 instruction (perf/NOTES.md, "Issue 17").
+# 1. Round the fp32 value to odd at bf16 precision: its upper 16 bits, lsb set when any of the
+#    lower 16 is (sticky). Rounding to odd first and then to nearest is exact when the first
+#    format has >= 2 more significand bits than the second (bf16 has 8, e2m1 at most 2 in
+#    every binade), so the e2m1 code of the bf16 value is the code of the fp32 value, ties and
+#    saturation included. Round to odd never rounds up: finite stays finite, NaN stays NaN.
+#    Per pair: two PRMTs split the two fp32 words into their upper and lower halves, one
+#    VIMNMX.U16x2 min(lower, 1) makes both sticky bits, one LOP3 ORs them in and clears the
+#    signs: 2 instructions per value (2.5 with an add-carry sticky per value, 3.5 with |.|).
+# 2. The magic-number rule of ``e2m1_code_bits`` on bf16x2 with 128 (2^7) for 2^23: a =
+#    min(|h|, 6); min(RNE(2a), RNE(a) + 2, RNE(a / 2) + 4) + 128 from three HFMA2.BF16 (one
+#    rounding each) and two HMNMX2 (ptxas fuses them into one 3-input VHMNMX); each half ends as
+#    0x4300 + code (code in bits 0-2, bits 3-7 zero). NaN: min(NaN, 6) = 6 (code 7), as the
+#    hardware cvt.
+# 3. Values j and j + 4 of eight share a pair, so two PRMTs gather the even and odd elements'
+#    codes as clean bytes, two PRMTs (sign-replicating) their signs from the upper halves, and
+#    one LEA merges the nibbles: 7 instructions per 8 values. Total 43 per 8 (5.4 / value)
+#    against 8-9 for the fp32 form, which spent one FMA-pipe instruction per value per step.
+
+_E2M1_BF16X2_CODES = (
+    "{\n\t.reg .b32 s, a, k1, k2, k3, m1, m2, m3;\n\t"
+    "mov.b32 s, 0x00010001;\n\t"
+    "min.u16x2 s, $2, s;\n\t"  # sticky: 1 in each half whose dropped 16 bits are not all 0
+    "lop3.b32 a, $1, s, 0x7FFF7FFF, 0xA8;\n\t"  # (upper | sticky) & ~sign: |round to odd|
+    "mov.b32 s, 0x40C040C0;\n\t"  # 6.0
+    "min.bf16x2 a, a, s;\n\t"
+    "mov.b32 k1, 0x40004000;\n\t"  # 2.0
+    "mov.b32 k2, 0x3F803F80;\n\t"  # 1.0
+    "mov.b32 k3, 0x3F003F00;\n\t"  # 0.5
+    "mov.b32 m1, 0x43004300;\n\t"  # 128
+    "mov.b32 m2, 0x43024302;\n\t"  # 130
+    "mov.b32 m3, 0x43044304;\n\t"  # 132
+    "fma.rn.bf16x2 k1, a, k1, m1;\n\t"
+    "fma.rn.bf16x2 k2, a, k2, m2;\n\t"
+    "fma.rn.bf16x2 k3, a, k3, m3;\n\t"
+    "min.bf16x2 k1, k1, k2;\n\t"
+    "min.bf16x2 $0, k1, k3;\n\t}"
+)
+
+
+@dsl_user_op
+def e2m1_bf16x2_codes(upper: Uint32, lower: Uint32, *, loc=None, ip=None) -> Uint32:
+    """Two fp32 values split into their ``upper`` and ``lower`` 16-bit halves (value 0 in bits
+    0-15 of each) -> the e2m1 magnitude code of each as 0x4300 + code (RNE, satfinite at 6,
+    NaN -> 7)."""
+    return _u32_op(_E2M1_BF16X2_CODES, upper, lower, loc, ip)
+
+
+def e2m1x8(v) -> Uint32:
+    """Eight fp32 values (already times enc) -> eight e2m1 nibbles (RNE, satfinite), element 0
+    in bits 0-3, bit for bit ``e2m1x8_fp32`` (tests/test_e2m1_packed.py emulates this sequence,
+    tests/test_gpu_e2m1_exhaustive.py checks all 2^32 inputs). Sign: bit 31 of the value."""
+    bits = [f32_bits(x) for x in v]
+    # pair j: value j in the low half, value j + 4 in the high half
+    upper = [prmt(bits[j], bits[j + 4], 0x7632) for j in range(4)]
+    lower = [prmt(bits[j], bits[j + 4], 0x5410) for j in range(4)]
+    codes = [e2m1_bf16x2_codes(upper[j], lower[j]) for j in range(4)]
+    even = prmt(codes[0], codes[2], 0x6240)  # codes of values 0, 2, 4, 6 as bytes
+    odd = prmt(codes[1], codes[3], 0x6240)  # 1, 3, 5, 7
+    even_sign = prmt(upper[0], upper[2], 0xFBD9)  # 0xFF / 0x00 bytes from bits 15, 31
+    odd_sign = prmt(upper[1], upper[3], 0xFBD9)
+    lo = even | (even_sign & Uint32(0x08080808))
+    hi = odd | (odd_sign & Uint32(0x08080808))
+    return lo + (hi << 4)
 
 
 # ------------------------------------------------------------------------ raw global stores

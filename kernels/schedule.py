@@ -74,18 +74,28 @@ def persistent_smem_bytes(storage_bytes: int, ctas_per_sm: int) -> int:
 
 
 def launch_persistent(
-    kernel_call, num_ctas, threads: int, storage, ctas_per_sm: int, pdl: bool, stream
+    kernel_call,
+    num_ctas,
+    threads: int,
+    storage,
+    ctas_per_sm: int,
+    pdl: bool,
+    stream,
+    one_cta_registers: bool = False,
 ):
     """Launch a persistent grouped kernel (``kernel_call``: the ``@cute.kernel`` applied to its
     arguments): ``num_ctas`` CTAs of ``threads`` threads, the shared memory of
     ``persistent_smem_bytes`` for its ``storage`` struct, programmatic dependent launch if
-    ``pdl``."""
+    ``pdl``. ``one_cta_registers``: tell ptxas one CTA per SM is enough (``.minnctapersm 1``).
+    Left to its occupancy heuristic it sized the 384-thread NVFP4 rowwise kernel for three
+    CTAs per SM (56 registers, 16 bytes of spills), although a persistent CTA has its SM."""
     kernel_call.launch(
         grid=[num_ctas, 1, 1],
         block=[threads, 1, 1],
         smem=persistent_smem_bytes(storage.size_in_bytes(), ctas_per_sm),
         stream=stream,
         use_pdl=pdl,
+        min_blocks_per_mp=1 if one_cta_registers else 0,
     )
 
 

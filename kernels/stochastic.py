@@ -50,33 +50,47 @@ def block_random_words(block_id, direction: int, rng: tuple) -> list:
     return philox4x32_10(lo, hi, off_lo, off_hi, seed_lo, seed_hi)
 
 
-def e2m1_sr_code_bits(v: Float32, byte: Float32) -> Uint32:
+def e2m1_sr_code_bits(v: Float32, rb: Float32) -> Uint32:
     """Bit pattern whose bits 0-2 hold the stochastically rounded e2m1 magnitude code of ``v``
-    (``byte`` = the element's random byte as an exact fp32 0..255).
+    (``rb`` = the element's random byte / 512, exact: ``random_bytes_f32``).
 
-    With a = min(|v|, 6) (same result as TE's unclamped form: both give 6 from 6 up) and
-    t = fma(byte, step(a) / 256, a), the code is min(floor(2t), floor(t) + 2, floor(t/2) + 4)
-    (t < 8 always), each floor one round-down fma against 2^23."""
+    With a = min(|v|, 6) (same result as TE's unclamped form: both give 6 from 6 up),
+    step(a) / 2 = p = 2^floor(log2(max(a, 1))) (0.5 / 1 / 2 below 2 / below 4 / up to 6: a <= 6
+    needs no upper clamp) and t = fma(rb, p, a) = a + byte / 256 * step(a) (exact product, one
+    fp32 rounding, as TE), the code is min(floor(2t), floor(t) + 2, floor(t/2) + 4) (t < 8),
+    each floor one round-down fma against 2^23. p costs a max and an AND on the bit pattern
+    (non-negative floats order like integers): 2 instructions where the fmul-and-two-clamps
+    form took 4 (perf/NOTES.md, "Issue 17")."""
     a = cute.arch.fmin(cute.math.absf(v), Float32(6.0))  # NaN -> 6, as the RN path
-    # step(a) / 256 = clamp(2^floor(log2 a) / 512, 2^-9, 2^-7), branch-free
-    pow2 = dev.bits_f32(dev.f32_bits(a) & Uint32(0x7F800000)) * Float32(2.0**-9)
-    step = cute.arch.fmin(cute.arch.fmax(pow2, Float32(2.0**-9)), Float32(2.0**-7))
-    t = dev.fma_rn(byte, step, a)
+    p = dev.bits_f32(dev.max_u32(dev.f32_bits(a), Uint32(0x3F800000)) & Uint32(0x7F800000))
+    t = dev.fma_rn(rb, p, a)
     f1 = dev.fma_rm(t, Float32(2.0), Float32(dev.MAGIC))
     f2 = dev.fma_rm(t, Float32(1.0), Float32(dev.MAGIC + 2.0))
     f3 = dev.fma_rm(t, Float32(0.5), Float32(dev.MAGIC + 4.0))
     return dev.f32_bits(cute.arch.fmin(cute.arch.fmin(f1, f2), f3))
 
 
-def random_byte_f32(words: list, i: int) -> Float32:
-    """Byte i of the block's random words as an exact fp32 (one PRMT against 2^23, one FADD)."""
-    biased = dev.prmt(words[i // 4], Uint32(0x4B000000), 0x7650 + (i % 4))
-    return dev.bits_f32(biased) - Float32(dev.MAGIC)
+# Random bytes as exact fp32 byte / 512 without a PRMT: OR the byte in place into a magic
+# float whose ulp there is 2^-9 / 256^k, then subtract the magic. Byte 0 (bits 0-7) under
+# 2^14 (ulp 2^-9), byte 1 (bits 8-15) under 2^6 (ulp 2^-17); bytes 2 and 3 the same after one
+# shift. 9 instructions per word; the PRMT form (8) kept its four selectors in registers that
+# ptxas re-materialized from uniform registers at the 96-register cap: 47 extra IMAD.U32 per
+# 32 values in the columnwise SR loop (perf/NOTES.md, "Issue 17").
+_BYTE_MAGIC = ((0xFF, 0x46800000, 16384.0), (0xFF00, 0x42800000, 64.0))
+
+
+def random_bytes_f32(word: Uint32) -> list:
+    """The four bytes of a random word, each divided by 512, as exact fp32 (byte 0 first)."""
+    out = []
+    for half in (word, word >> 16):
+        for mask, magic_bits, magic in _BYTE_MAGIC:
+            biased = dev.and_or(half, Uint32(mask), Uint32(magic_bits))
+            out.append(dev.bits_f32(biased) - Float32(magic))
+    return out
 
 
 def e2m1x8_sr(v, words: list, first: int) -> Uint32:
     """Eight fp32 values (already times enc) -> eight stochastically rounded e2m1 nibbles
     (element 0 in bits 0-3); element j uses random byte ``first + j`` of the block's ``words``."""
-    return dev.pack_e2m1x8(
-        v, [e2m1_sr_code_bits(v[j], random_byte_f32(words, first + j)) for j in range(8)]
-    )
+    rb = random_bytes_f32(words[first // 4]) + random_bytes_f32(words[first // 4 + 1])
+    return dev.pack_e2m1x8(v, [e2m1_sr_code_bits(v[j], rb[j]) for j in range(8)])

@@ -1,8 +1,14 @@
 """Compile every kernel variant, keep its cubin, and summarize the SASS that matters:
 tensor-core MMAs (HGMMA/HMMA), global/shared access widths, local-memory traffic (spills),
-registers. Needs ``cuobjdump`` (on the GPU hosts; not on the CPU CI machines).
+registers. Needs ``cuobjdump`` (on the GPU hosts; on a CPU box: ``pip download
+nvidia-cuda-cuobjdump`` into /tmp, unzip, pass ``--cuobjdump``).
 
-    python perf/sass_report.py [--out DIR] [--family group_amax]
+``--loops``: the static instruction count of each innermost loop that holds the e2m1 encoder
+(HFMA2 / FFMA), per value of its 32-value iteration, with the opcode classes (the NVFP4
+consumer loops; static: cold branches inside the loop count too).
+
+    python perf/sass_report.py [--out DIR] [--family group_amax] [--match stochastic=True]
+                               [--loops] [--cuobjdump PATH]
 """
 
 from __future__ import annotations
@@ -33,13 +39,70 @@ PATTERNS = {
 }
 
 
+CLASSES = (
+    ("fp", r"(FFMA|FMNMX|FMUL|FADD|HFMA2|HMNMX2|VHMNMX|HADD2|HMUL2|F2FP)$"),
+    ("int", r"(LOP3|PRMT|SHF|LEA|IADD3|IMAD|SEL|VIADD|VIMNMX|IABS|POPC|FLO|SGXT|BMSK)$"),
+    ("pred", r"(ISETP|FSETP|PLOP3|P2R|R2P)$"),
+    ("mem", r"(LDS|STS|LDG|STG|ATOMG|RED|SYNCS|LDC|ULDC|UTMALDG|UTMASTG)$"),
+    ("move", r"(MOV|UMOV|S2R|S2UR|CS2R|R2UR|SHFL)$"),
+)
+
+
+def _parse(sass: str):
+    """(address, opcode) of every instruction."""
+    out = []
+    for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+(.*?);", sass):
+        text = re.sub(r"^@!?U?P[T0-9]+\s+", "", m.group(2).strip())
+        out.append((int(m.group(1), 16), text.split()[0]))
+    return out
+
+
+def _branch_targets(sass: str) -> dict:
+    return {
+        int(m.group(1), 16): int(m.group(2), 16)
+        for m in re.finditer(
+            r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T0-9]+\s+)?BRA[^;]*?0x([0-9a-f]+)", sass
+        )
+    }
+
+
+def encoder_loops(sass: str):
+    """Innermost backward-branch loops with >= 16 encoder ops: [(count, opcode Counter)]."""
+    ins = _parse(sass)
+    index = {a: i for i, (a, _) in enumerate(ins)}
+    spans = sorted(
+        ((index[t], index[a]) for a, t in _branch_targets(sass).items() if t <= a and t in index),
+        key=lambda se: se[1] - se[0],
+    )
+    chosen = []
+    for s, e in spans:
+        ops = [op.split(".")[0] for _, op in ins[s : e + 1]]
+        if sum(op in ("HFMA2", "FFMA") for op in ops) < 16:
+            continue
+        if any(cs >= s and ce <= e for cs, ce, _ in chosen):
+            continue
+        chosen.append((s, e, collections.Counter(ops)))
+    return [(e - s + 1, ops) for s, e, ops in chosen]
+
+
+def _classes(ops: collections.Counter) -> str:
+    out = collections.Counter()
+    for op, n in ops.items():
+        name = next((c for c, pat in CLASSES if re.match(pat, op)), "other")
+        out[name] += n
+    return " ".join(f"{k}={v}" for k, v in out.most_common())
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)
     p.add_argument("--family", default=None)
+    p.add_argument("--match", default=None, help="only specs whose description has this text")
+    p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
+    p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
     args = p.parse_args(argv)
-    if shutil.which("cuobjdump") is None:
-        print("cuobjdump not found: run this on a GPU host")
+    if not args.cuobjdump:
+        print("cuobjdump not found: run this on a GPU host or pass --cuobjdump")
         return 1
     out = Path(args.out or tempfile.mkdtemp(prefix="cq-sass-"))
     out.mkdir(parents=True, exist_ok=True)
@@ -50,6 +113,8 @@ def main(argv=None) -> int:
     for spec in cli.all_specs("sm_90a"):
         if args.family and spec.family != args.family:
             continue
+        if args.match and args.match not in spec.describe().replace(" ", ""):
+            continue
         d = out / jit.entry_name(spec)
         d.mkdir(exist_ok=True)
         compiled = jit.compile_spec(spec, "--keep-cubin")
@@ -57,23 +122,26 @@ def main(argv=None) -> int:
         (d / "kernel.cubin").write_bytes(cubin_bytes)
         for cubin in d.glob("*.cubin"):
             sass = subprocess.run(
-                ["cuobjdump", "-sass", str(cubin)], capture_output=True, text=True
+                [args.cuobjdump, "-sass", str(cubin)], capture_output=True, text=True
             ).stdout
             res = subprocess.run(
-                ["cuobjdump", "-res-usage", str(cubin)], capture_output=True, text=True
+                [args.cuobjdump, "-res-usage", str(cubin)], capture_output=True, text=True
             ).stdout
             counts = collections.Counter()
             for name, pat in PATTERNS.items():
                 counts[name] = len(re.findall(pat, sass))
             regs = re.findall(r"REG:(\d+)", res)
-            rows.append((spec.describe(), regs, counts))
+            loops = encoder_loops(sass) if args.loops else []
+            rows.append((spec.describe(), regs, counts, loops))
             (d / "kernel.sass").write_text(sass)
             (d / "res.txt").write_text(res)
         index.append(f"{spec.describe()}\t{d.name}")
     (out / "index.tsv").write_text("\n".join(index) + "\n")  # for diffing two builds by spec
-    for desc, regs, counts in rows:
+    for desc, regs, counts, loops in rows:
         print(desc)
         print("   regs", ",".join(regs), " ", "  ".join(f"{k}={v}" for k, v in counts.items() if v))
+        for n, ops in loops:
+            print(f"   loop {n} instructions, {n / 32:.1f} per value: {_classes(ops)}")
     return 0
 
 
