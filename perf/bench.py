@@ -200,28 +200,6 @@ def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise
     return _rotating(calls), nbytes
 
 
-def bench_nvfp4_dequantize(case, gen, columnwise=False, device_splits=False):
-    """nvfp4_group_dequantize to bf16 (rowwise: every group at once; columnwise: per group)."""
-    import cutequant
-
-    n_cols, splits, xs = make_inputs(case, gen)
-    s = torch.tensor(splits, device="cuda") if device_splits else splits
-    qs = [cutequant.nvfp4_group_quantize(x, s) for x in xs]
-    calls = [lambda q=q: cutequant.nvfp4_group_dequantize(q, columnwise=columnwise) for q in qs]
-    # the quantize bytes of one side: data + scales read, 2 B/element written
-    return _rotating(calls), nvfp4_bytes(splits, n_cols, not columnwise, columnwise)
-
-
-def bench_fp8_dequantize(case, gen):
-    """fp8_group_dequantize (rowwise) to bf16: read 1, write 2 B/element."""
-    import cutequant
-
-    n_cols, splits, xs = make_inputs(case, gen)
-    qs = [cutequant.fp8_group_quantize(x, splits) for x in xs]
-    calls = [lambda q=q: cutequant.fp8_group_dequantize(q) for q in qs]
-    return _rotating(calls), sum(splits) * n_cols * 3
-
-
 def bench_torch_compile_reference(case, gen):
     """torch.compile of the reference math (dense only: one group, fp32 RHT matmul)."""
     from cutequant import reference
@@ -265,14 +243,17 @@ def bench_fp8_torch_compile_reference(case, gen):
     return _rotating(calls), xs[0].numel() * (2 * xs[0].element_size() + 2)
 
 
-def bench_nvfp4_dequantize(case, gen, columnwise=False, undo_rht=True, swizzled=False):
+def bench_nvfp4_dequantize(
+    case, gen, columnwise=False, undo_rht=True, swizzled=False, device_splits=False
+):
     """cutequant.dequant.nvfp4_group_dequantize to bf16 (one direction): reads the e2m1 data
     (0.5 B/elem) and the padded scale blocks, writes 2 B/elem."""
     import cutequant
     from cutequant import dequant
 
     n_cols, splits, xs = make_inputs(case, gen)
-    qs = [cutequant.nvfp4_group_quantize(x, splits, swizzled_scales=swizzled) for x in xs]
+    s = torch.tensor(splits, device="cuda") if device_splits else splits
+    qs = [cutequant.nvfp4_group_quantize(x, s, swizzled_scales=swizzled) for x in xs]
     calls = [
         lambda q=q: dequant.nvfp4_group_dequantize(q, columnwise=columnwise, undo_rht=undo_rht)
         for q in qs
@@ -367,14 +348,12 @@ OPS = {
     ),
     "nvfp4_rowwise_only": lambda c, g: bench_nvfp4(c, g, False, columnwise=False, rht=False),
     "nvfp4_columnwise_only": lambda c, g: bench_nvfp4(c, g, False, rowwise=False),
-    "nvfp4_dequantize": bench_nvfp4_dequantize,
     "nvfp4_dequantize_device_splits": lambda c, g: bench_nvfp4_dequantize(c, g, device_splits=True),
     "nvfp4_torch_compile_ref": bench_torch_compile_reference,
     "fp8_cast(delayed)": lambda c, g: bench_fp8(c, g, "delayed"),
     "fp8_cast_rowwise_only": lambda c, g: bench_fp8(c, g, "delayed", columnwise=False),
     "fp8_cast_columnwise_only": lambda c, g: bench_fp8(c, g, "delayed", rowwise=False),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
-    "fp8_dequantize": bench_fp8_dequantize,
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
     "nvfp4_dequantize_row": lambda c, g: bench_nvfp4_dequantize(c, g),
     "nvfp4_dequantize_row_swizzled": lambda c, g: bench_nvfp4_dequantize(c, g, swizzled=True),
