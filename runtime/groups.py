@@ -48,24 +48,50 @@ def persistent(device: torch.device, make):
     workspaces, counters), outside any CUDA-graph memory pool.
 
     torch.compile's CUDA graphs (``mode="reduce-overhead"``) warm up and record with every
-    allocation of their stream routed to the graph's private pool and reject pool memory that
-    outlives the step; buffers created on a runtime-owned stream come from the ordinary pool.
-    The caller's stream then waits for that stream (no host synchronization). While a stream
-    capture is under way (a plain ``torch.cuda.graph``) nothing may wait on outside work: the
-    buffers are made on the capturing stream and live in that graph's pool, which it keeps.
+    allocation of the calling thread routed to the graph's private pool, and reject pool
+    memory that outlives the step. The buffers are therefore made by a short-lived worker
+    thread on a runtime-owned stream and synchronized there (once per buffer, so no stream
+    of the caller's needs to wait for them). While a stream capture is under way (a plain
+    ``torch.cuda.graph``) nothing may synchronize: the buffers are made on the capturing
+    stream and live in that graph's pool, which the graph keeps alive.
     """
     if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
         return make()
     index = device.index if device.index is not None else torch.cuda.current_device()
-    side = _RUNTIME_STREAMS.get(index)
-    if side is None:
-        side = _RUNTIME_STREAMS[index] = torch.cuda.Stream(device=index)
-    current = torch.cuda.current_stream(index)
-    side.wait_stream(current)
-    with torch.cuda.stream(side):
-        out = make()
-    current.wait_stream(side)
-    return out
+    # the caller's queued work may still write what ``make`` copies from (host tensors only:
+    # every buffer made here is new), so nothing on the caller's streams must be awaited
+    out, error = [], []
+
+    def work():
+        try:
+            with torch.cuda.device(index):
+                side = _RUNTIME_STREAMS.get(index)
+                if side is None:
+                    side = _RUNTIME_STREAMS[index] = torch.cuda.Stream(device=index)
+                with torch.cuda.stream(side):
+                    out.append(make())
+                side.synchronize()
+        except BaseException as exc:  # re-raised in the caller's thread
+            error.append(exc)
+
+    worker = threading.Thread(target=work, name="cutequant-persistent")
+    worker.start()
+    worker.join()
+    if error:
+        raise error[0]
+    return out[0]
+
+
+def _retire(*items) -> None:
+    """Before an evicted cache entry's device buffers are freed: they were made on the runtime
+    stream (``persistent``), so their memory must first wait for the current stream's kernels,
+    which may still read them."""
+    for item in items:
+        if isinstance(item, GroupLayout):
+            item = [item.tables, item.tile_tables]
+        for t in item if isinstance(item, list) else [item]:
+            if isinstance(t, torch.Tensor) and t.is_cuda:
+                t.record_stream(torch.cuda.current_stream(t.device))
 
 
 def host_tables(splits: tuple[int, ...]) -> torch.Tensor:
@@ -336,7 +362,7 @@ def prepare_groups(
             with _LOCK:
                 _HOST_CACHE[key] = entry
                 while len(_HOST_CACHE) > _HOST_CACHE_SIZE:
-                    _HOST_CACHE.popitem(last=False)
+                    _retire(*_HOST_CACHE.popitem(last=False)[1])
     if not tile_records:
         return entry[0]
     if entry[1] is None:  # cached by a call that did not need them
@@ -421,7 +447,7 @@ def _offsets(layout: GroupLayout, rows, mult, device=None) -> torch.Tensor:
             with _LOCK:
                 _OFFSET_CACHE[key] = out
                 while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
-                    _OFFSET_CACHE.popitem(last=False)
+                    _retire(_OFFSET_CACHE.popitem(last=False)[1])
         return out
     # device splits: from this call's row starts (the workspace tables belong to later calls)
     t = _tables_from_starts(layout.snapshot[: layout.num_groups + 1])[list(rows)]

@@ -141,11 +141,14 @@ def _pointer_table(weights: list, device: torch.device) -> torch.Tensor:
         if table is not None:
             _PTR_TABLES.move_to_end(key)
             return table
-    table = torch.tensor(key[1], dtype=torch.int64).to(device)
+    host = torch.tensor(key[1], dtype=torch.int64)
+    table = groups.persistent(device, lambda: host.to(device))  # outside CUDA-graph pools
     with _LOCK:
         _PTR_TABLES[key] = table
         while len(_PTR_TABLES) > _PTR_TABLES_SIZE:
-            _PTR_TABLES.popitem(last=False)
+            _, old = _PTR_TABLES.popitem(last=False)
+            # made on the runtime stream: its memory must wait for the kernels that read it
+            old.record_stream(torch.cuda.current_stream(device))
     return table
 
 

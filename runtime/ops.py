@@ -343,10 +343,13 @@ def nvfp4_fake_quantize_op(
     out_dtype: torch.dtype,
 ) -> tuple[Tensor, Tensor]:
     """(y [M, N] or, columnwise, y_t flat [M * N], amax [G]): ``fake_quant.nvfp4_fake_quantize``."""
-    return _fake_quant.fake_quantize_checked(
+    y, amax_out = _fake_quant.fake_quantize_checked(
         x, _splits(device_splits, host_splits), columnwise, rht, sign_mask,
         stochastic_rounding, rng_state, amax, out_dtype,
     )  # fmt: skip
+    # the columnwise amax is row 1 of the quantize call's [2, G] buffer: an op's outputs start
+    # their storage (as the fake ones do, and as compiled code's alignment checks expect)
+    return y, amax_out.clone() if amax_out.storage_offset() else amax_out
 
 
 @nvfp4_fake_quantize_op.register_fake
