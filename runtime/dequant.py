@@ -104,11 +104,6 @@ def _check_devices(tensors: dict, splits) -> None:
         raise ValueError(f"splits: on {splits.device}, but {first_name} is on {first.device}")
 
 
-def _scale_rows_bound(host, m_rows: int, num_groups: int, per_group, bound) -> int:
-    """Exact scale extent for host splits, the quantize kernels' upper bound for device ones."""
-    return sum(per_group(s) for s in host) if host is not None else bound(m_rows, num_groups)
-
-
 def _check_nvfp4_dequantize(
     data,
     scales,
@@ -162,14 +157,13 @@ def _check_nvfp4_dequantize(
     host = groups.check_splits(splits, m_rows)
     if tuple(amax.shape) != (num_groups,):
         raise ValueError(f"amax: expected shape ({num_groups},), got {tuple(amax.shape)}")
+    totals = groups.host_totals(host) if host is not None else None
     if columnwise:
-        need = _round_up(n, 128) * _scale_rows_bound(
-            host, m_rows, num_groups, lambda s: _round_up(s // 16, 4), lambda m, g: m // 16 + 3 * g
-        )
+        extent = totals[3] if totals else m_rows // 16 + 3 * num_groups
+        need = _round_up(n, 128) * extent
     else:
-        need = _round_up(n // 16, 4) * _scale_rows_bound(
-            host, m_rows, num_groups, lambda s: _round_up(s, 128), lambda m, g: m + 127 * g
-        )
+        extent = totals[2] if totals else m_rows + 127 * num_groups
+        need = _round_up(n // 16, 4) * extent
     if scales.numel() < need:
         kind = "exact" if host is not None else "device-split upper-bound"
         raise ValueError(f"scales: {scales.numel()} bytes, the {kind} layout needs {need}")

@@ -82,6 +82,23 @@ def persistent(device: torch.device, make):
     return out[0]
 
 
+_TOTALS: collections.OrderedDict = collections.OrderedDict()
+
+
+def host_totals(values: tuple[int, ...]) -> tuple[int, int, int, int]:
+    """The last column of ``host_tables(values)`` (rows, 64-row tiles, NVFP4 row-scale rows,
+    column-scale columns) for validated host splits, cached: buffer-size checks need no
+    Python loop over the groups (30-40 us for 256 groups on the GPU hosts)."""
+    hit = _TOTALS.get(values)
+    if hit is None:
+        hit = tuple(int(v) for v in host_tables(values)[:, -1].tolist())
+        with _LOCK:
+            _TOTALS[values] = hit
+            while len(_TOTALS) > _HOST_CACHE_SIZE:
+                _TOTALS.popitem(last=False)
+    return hit
+
+
 def _retire(*items) -> None:
     """Before an evicted cache entry's device buffers are freed: they were made on the runtime
     stream (``persistent``), so their memory must first wait for the current stream's kernels,
