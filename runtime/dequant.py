@@ -25,6 +25,7 @@ import functools
 import torch
 
 from cutequant import _checks, _launch, groups
+from cutequant.amax import _num_groups
 from cutequant.codegen.specs import DequantizeSpec
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -77,17 +78,6 @@ def _check_out_dtype(out_dtype) -> str:
             f"out_dtype: must be torch.bfloat16, torch.float16 or torch.float32, got {out_dtype}"
         )
     return OUT_DTYPES[out_dtype]
-
-
-def _num_groups(splits) -> int:
-    if isinstance(splits, torch.Tensor):
-        return splits.numel()
-    try:
-        return len(splits)
-    except TypeError as exc:
-        raise TypeError(
-            f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
-        ) from exc
 
 
 def _check_devices(tensors: dict, splits) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 
 from cutequant import _checks, _launch, dequant, groups, nvfp4_2d
-from cutequant.amax import DEFAULT_SIGN_MASK, launch_group_amax, new_amax
+from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import FakeQuantRowsSpec
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -38,14 +38,7 @@ def _check_fake_quantize(
     _checks.check_sign_mask(sign_mask)
     if out_dtype not in FAKE_DTYPES:
         raise TypeError(f"out_dtype: must be torch.bfloat16 or torch.float16, got {out_dtype}")
-    num_groups = splits.numel() if isinstance(splits, torch.Tensor) else None
-    if num_groups is None:
-        try:
-            num_groups = len(splits)
-        except TypeError as exc:
-            raise TypeError(
-                f"splits: expected a sequence of ints or a tensor, got {type(splits).__name__}"
-            ) from exc
+    num_groups = _num_groups(splits)
     groups.check_splits(splits, m_rows)
     if amax is not None:
         if not isinstance(amax, torch.Tensor):

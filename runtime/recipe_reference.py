@@ -191,18 +191,12 @@ def nvfp4_quantize_2d_experts(
     amax [E]."""
     ws = list(weights.unbind(0)) if isinstance(weights, torch.Tensor) else list(weights)
     if amax is None:
-        amax = torch.stack([_abs_max(w) for w in ws]) if ws else torch.zeros(0)
+        amax = torch.stack([R._abs_max(w) for w in ws]) if ws else torch.zeros(0)
     parts = [nvfp4_quantize_2d(w, amax[e], swizzled=swizzled) for e, w in enumerate(ws)]
     keys = ("row_data", "row_scales", "col_data", "col_scales")
     out = {k: torch.stack([p[i] for p in parts]) for i, k in enumerate(keys)}
     out["amax"] = amax.to(_F32).reshape(-1)
     return out
-
-
-def _abs_max(t: torch.Tensor) -> torch.Tensor:
-    if t.numel() == 0:
-        return torch.zeros((), dtype=_F32, device=t.device)
-    return t.abs().amax().to(_F32)
 
 
 # --------------------------------------------------------------------------- fake-quant
