@@ -81,7 +81,26 @@ def primitives() -> None:
         0,
         stream=_launch.raw_stream(dev),
     )
+    # the op boundaries: torch.library.custom_op vs the lower-level Library define / impl route,
+    # each around the same trivial function, and a real op through each route
+    lib = torch.library.Library("cutequant_probe", "FRAGMENT")
+    lib.define("noop_lib(Tensor x) -> Tensor")
+    lib.impl("noop_lib", lambda x: x.new_empty(0), "CUDA")
+
+    @torch.library.custom_op("cutequant_probe::noop_custom", mutates_args=())
+    def noop_custom(x: torch.Tensor) -> torch.Tensor:
+        return x.new_empty(0)
+
+    x = torch.zeros(1024, 512, dtype=torch.bfloat16, device=dev)
+    host = [512, 0, 512]
     cases = {
+        "custom_op boundary (trivial op)": lambda: noop_custom(x),
+        "Library define/impl boundary (trivial op)": lambda: torch.ops.cutequant_probe.noop_lib(x),
+        "plain call of the trivial function": lambda: x.new_empty(0),
+        "cutequant.group_amax (eager, direct)": lambda: cutequant.group_amax(x, host),
+        "torch.ops.cutequant.group_amax (custom op)": lambda: torch.ops.cutequant.group_amax(
+            x, None, host, True, 0xD7E8
+        ),
         "torch.empty cuda": lambda: torch.empty(4096, dtype=torch.uint8, device=dev),
         "torch.empty cuda (2-D)": lambda: torch.empty((64, 64), dtype=torch.uint8, device=dev),
         "split_with_sizes x4": lambda: buf.split_with_sizes([1024, 1024, 1024, 1045504]),
