@@ -61,21 +61,21 @@ def _cost_us(fn, n: int = 2000) -> float:
 
 
 def primitives() -> None:
-    from cutequant import _launch, groups
+    from cutequant import _launch
     from cutequant.codegen.specs import GroupTablesSpec
 
     dev = torch.device("cuda")
     buf = torch.empty(1 << 20, dtype=torch.uint8, device=dev)
     splits = torch.tensor([1024] * 8, dtype=torch.int32, device=dev)
     spec = GroupTablesSpec(arch=_launch.device_arch(dev), splits_int64=False)
-    ws = groups.workspace(dev, 8, torch.cuda.current_stream())
+    tables = torch.empty(4 * 9, dtype=torch.int32, device=dev)
     snap = torch.empty(10, dtype=torch.int32, device=dev)
     kernel = lambda: _launch.run(  # noqa: E731
         spec,
         splits.data_ptr(),
         8,
         8192,
-        ws.tables.data_ptr(),
+        tables.data_ptr(),
         snap.data_ptr(),
         snap.data_ptr(),
         0,

@@ -112,7 +112,7 @@ def run_grouped(
         x,
         m_rows,
         n_cols,
-        ptr(layout.tables if tables is None else tables, 4),
+        layout.tables_addr() if tables is None else ptr(tables, 4),
         layout.num_groups,
         layout.row_tiles,
         *args,

@@ -143,8 +143,7 @@ def _check_nvfp4_dequantize(
                 f"data: rowwise data must be [M, N/2 = {n // 2}], got shape {tuple(data.shape)}"
             )
         m_rows = data.shape[0]
-    num_groups = _num_groups(splits)
-    host = groups.check_splits(splits, m_rows)
+    num_groups, host = _groups_of(splits, m_rows)
     if tuple(amax.shape) != (num_groups,):
         raise ValueError(f"amax: expected shape ({num_groups},), got {tuple(amax.shape)}")
     totals = groups.host_totals(host) if host is not None else None
@@ -180,8 +179,7 @@ def _check_fp8_dequantize(data, scale_inv, splits, n_cols, columnwise, out_dtype
         if data.dim() != 2 or data.shape[1] != n:
             raise ValueError(f"data: rowwise data must be [M, N = {n}], got {tuple(data.shape)}")
         m_rows = data.shape[0]
-    num_groups = _num_groups(splits)
-    host = groups.check_splits(splits, m_rows)
+    num_groups, host = _groups_of(splits, m_rows)
     if tuple(scale_inv.shape) != (num_groups,):
         raise ValueError(f"scale_inv: expected shape ({num_groups},), got {tuple(scale_inv.shape)}")
     _check_devices({"data": data, "scale_inv": scale_inv}, splits)
@@ -193,21 +191,23 @@ def _check_fp8_dequantize(data, scale_inv, splits, n_cols, columnwise, out_dtype
 
 def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, sign_mask):
     dev = data.device
-    layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
+    if isinstance(splits, groups.GroupLayout):
+        layout = splits
+    else:
+        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
     # one CTA per tile: with device splits an upper bound (each group adds at most one
     # partial 64-row tile); CTAs past the last tile exit
     row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
     num_ctas = row_tiles * -(-n_cols // TILE_COLS)
     if num_ctas == 0:
         return
-    tables = layout.tile_tables if layout.tile_tables is not None else layout.tables
     _launch.run(
         spec,
         _launch.ptr(data),
         _launch.ptr(scales),
         _launch.ptr(gscale, 4),
         _launch.ptr(out),
-        _launch.ptr(tables, 4),
+        layout.tables_addr(),
         layout.num_groups,
         layout.row_tiles,
         n_cols,
@@ -274,12 +274,24 @@ def fp8_group_dequantize_impl(
 
 
 def _result_splits(layout: groups.GroupLayout):
-    """A grouped result's splits without a host synchronization: the host tuple, or the device
-    split sizes from its snapshot of row starts (its tables may have been overwritten since:
-    they live in the stream's workspace)."""
+    """A grouped result's splits without a host synchronization: the host tuple; with device
+    splits the result's own layout (its call built the tables into a buffer the result keeps:
+    no table kernel to run again), or while torch.compile traces (the op takes tensors) the
+    split sizes from the snapshot of row starts."""
     if layout.host_splits is not None:
         return layout.host_splits
-    return torch.diff(layout.snapshot[: layout.num_groups + 1])
+    if torch.compiler.is_compiling():
+        return torch.diff(layout.snapshot[: layout.num_groups + 1])
+    return layout
+
+
+def _groups_of(splits, m_rows: int):
+    """(G, host splits or None) of a dequantize call's ``splits`` (checked)."""
+    if isinstance(splits, groups.GroupLayout):  # a device-split result's own tables
+        if splits.m_rows != m_rows:
+            raise ValueError(f"data: {m_rows} rows, but its result has {splits.m_rows}")
+        return splits.num_groups, splits.host_splits
+    return _num_groups(splits), groups.check_splits(splits, m_rows)
 
 
 def nvfp4_group_dequantize(

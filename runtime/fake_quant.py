@@ -107,13 +107,12 @@ def nvfp4_fake_quantize_rows_impl(
             out_dtype=FAKE_DTYPES[out_dtype],
         )
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
-        tables = layout.tile_tables if layout.tile_tables is not None else layout.tables
         _launch.run(
             spec,
             _launch.ptr(x),
             _launch.ptr(amax_row, 4),
             _launch.ptr(y),
-            _launch.ptr(tables, 4),
+            layout.tables_addr(),
             num_groups,
             layout.row_tiles,
             n_cols,

@@ -270,6 +270,6 @@ def run_fp8_quantize(
             layout.early_level(after_amax_pass=not delayed and m_rows > 0),
             num_ctas=num_ctas,
             stream=stream,
-            tables=layout.tile_tables,  # None: the plain tables (device splits, TMA ring)
+            tables=layout.tile_tables,  # None: the layout's own (device splits, TMA ring)
         )
     return outputs, amax, layout

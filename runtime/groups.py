@@ -1,11 +1,12 @@
-"""Runtime-owned grouping: split sizes -> device lookup tables, plus the reusable workspace.
+"""Runtime-owned grouping: split sizes -> device lookup tables, plus the per-stream workspace.
 
 Every grouped kernel maps a linear tile index to (group, tile) through ``tables[4, G + 1]``
 (layout in ``cutequant.kernels.schedule``). Host splits (list / tuple / CPU tensor) are checked
 and turned into tables on the host, cached per (splits, device) so a repeated call costs one
 dictionary lookup. Device splits (int32 / int64 CUDA tensor) are turned into tables by a
-one-warp kernel, with no host synchronization; that kernel also validates them and, on bad
-splits, zeroes the tile count so that no kernel writes anything (see ``GroupLayout.check``).
+one-warp kernel into a buffer of the call's own (which its result keeps), with no host
+synchronization; that kernel also validates them and, on bad splits, zeroes the tile count so
+that no kernel writes anything (see ``GroupLayout.check``).
 """
 
 from __future__ import annotations
@@ -145,10 +146,12 @@ class GroupLayout:
 
     num_groups: int
     m_rows: int
-    tables: torch.Tensor  # int32 [4, G + 1] on the device
+    # host splits: int32 [4, G + 1] (cached, never written again); device splits: the call's
+    # own int32 buffer, the snapshot first and the tables ``tables_offset`` bytes in
+    tables: torch.Tensor
     host_splits: tuple[int, ...] | None
     # device splits only: this call's int32 [G + 2] (row starts, then the status: 0 valid,
-    # 1 bad), written by the table kernel; unlike the workspace tables no later call reuses it
+    # 1 bad), written by the table kernel at the head of the call's buffer
     snapshot: torch.Tensor | None = None
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
@@ -156,6 +159,16 @@ class GroupLayout:
     # host splits, asked for (prepare_groups(tile_records=True)): the tables followed by one
     # record per 64-row tile (host_tile_records), for the FP8 tile cast's one-load lookup
     tile_tables: torch.Tensor | None = None
+    # device splits: byte offset of the [4, G + 1] tables in ``tables`` (the call's buffer
+    # holds the snapshot first)
+    tables_offset: int = 0
+
+    def tables_addr(self) -> int:
+        """Device address of the lookup tables the kernels read: the tables followed by the
+        tile records when the call has them, else the plain tables."""
+        if self.tile_tables is not None:
+            return self.tile_tables.data_ptr()
+        return self.tables.data_ptr() + self.tables_offset
 
     def early_level(self, after_amax_pass: bool = False) -> int:
         """How much of a kernel's TMA producer may run before it waits for the kernels before it
@@ -283,12 +296,11 @@ def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
 @dataclass
 class Workspace:
     """Per (device, stream) scratch, reused by every call on that stream (its kernels run in
-    order, so one set suffices): int32 room for device-built lookup tables, and the group-fold
-    words of ``kernels/group_fold.py`` (two per group, created zero; every launch leaves them
-    zero, so a grown workspace simply drops the old ones). What a result needs after its call
-    (split sizes, validity) goes to the call's own ``GroupLayout.snapshot``."""
+    order, so one set suffices): the group-fold words of ``kernels/group_fold.py`` (two per
+    group, created zero; every launch leaves them zero, so a grown workspace simply drops the
+    old ones). Device-built lookup tables are not kept here but in each call's own buffer
+    (``GroupLayout.snapshot`` and the tables after it), which its result keeps."""
 
-    tables: torch.Tensor
     fold: torch.Tensor
 
 
@@ -302,13 +314,12 @@ def workspace(device: torch.device, num_groups: int, stream) -> Workspace:
     key = (device.index, _handle(stream))
     with _LOCK:
         ws = _WORKSPACES.get(key)
-        if ws is None or ws.tables.numel() < 4 * (num_groups + 1):
-            groups_cap = max(num_groups, 1024, 0 if ws is None else 2 * (ws.tables.numel() // 4))
+        if ws is None or ws.fold.numel() < 2 * num_groups:
+            groups_cap = max(num_groups, 1024, 0 if ws is None else ws.fold.numel())
             ws = persistent(
                 device,
                 lambda: Workspace(
-                    tables=torch.empty(4 * (groups_cap + 1), dtype=torch.int32, device=device),
-                    fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device),
+                    fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device)
                 ),
             )
             if key in _WORKSPACES:  # kernels on the stream may still use the old one
@@ -408,9 +419,11 @@ def _device_groups(
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = _launch.raw_stream(device)
-    ws = workspace(device, num_groups, stream)
-    tables = ws.tables[: 4 * (num_groups + 1)].view(4, num_groups + 1)
-    snapshot = torch.empty(num_groups + 2, dtype=torch.int32, device=device)
+    # one buffer per call: the snapshot (row starts, status), then the [4, G + 1] tables on a
+    # 16-byte boundary; the call's result keeps it, so no later call can overwrite its tables
+    tables_at = -(-(num_groups + 2) // 4) * 4
+    buf = torch.empty(tables_at + 4 * (num_groups + 1), dtype=torch.int32, device=device)
+    snapshot = buf[: num_groups + 2]
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )
@@ -419,13 +432,13 @@ def _device_groups(
         _launch.ptr(splits, splits.element_size()),
         num_groups,
         m_rows,
-        _launch.ptr(tables, 4),
-        _launch.ptr(snapshot, 4),
-        _launch.ptr(poison if poison is not None else snapshot.view(torch.float32), 4),
+        buf.data_ptr() + 4 * tables_at,
+        buf.data_ptr(),
+        _launch.ptr(poison, 4) if poison is not None else buf.data_ptr(),
         poison.numel() if poison is not None else 0,
         stream=stream,
     )
-    layout = GroupLayout(num_groups, m_rows, tables, None, snapshot)
+    layout = GroupLayout(num_groups, m_rows, buf, None, snapshot, tables_offset=4 * tables_at)
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
         layout.check()
     return layout
@@ -466,7 +479,8 @@ def _offsets(layout: GroupLayout, rows, mult, device=None) -> torch.Tensor:
                 while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
                     _retire(_OFFSET_CACHE.popitem(last=False)[1])
         return out
-    # device splits: from this call's row starts (the workspace tables belong to later calls)
+    # device splits: from this call's row starts (a result built while torch.compile traced
+    # has those but no tables)
     t = _tables_from_starts(layout.snapshot[: layout.num_groups + 1])[list(rows)]
     return t * torch.tensor(mult, dtype=torch.int64, device=t.device)[:, None]
 
