@@ -413,9 +413,9 @@ def fma_rn(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
 
 
 @dsl_user_op
-def fma_rm(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
-    """Fused a*b+c rounded toward -inf (against 2^23: floor, for stochastic rounding)."""
-    return _f32_op("fma.rm.f32 $0, $1, $2, $3;", (a, b, c), loc, ip)
+def mul_rz(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
+    """a * b rounded toward zero, subnormal results kept (no .ftz): the SR grid floor."""
+    return _f32_op("mul.rz.f32 $0, $1, $2;", (a, b), loc, ip)
 
 
 @cute.jit

@@ -52,22 +52,25 @@ def block_random_words(block_id, direction: int, rng: tuple) -> list:
 
 def e2m1_sr_code_bits(v: Float32, rb: Float32) -> Uint32:
     """Bit pattern whose bits 0-2 hold the stochastically rounded e2m1 magnitude code of ``v``
-    (``rb`` = the element's random byte / 512, exact: ``random_bytes_f32``).
+    (``rb`` = the element's random byte / 512, exact: ``random_bytes_f32``); bits 3+ are zero.
 
     With a = min(|v|, 6) (same result as TE's unclamped form: both give 6 from 6 up),
     step(a) / 2 = p = 2^floor(log2(max(a, 1))) (0.5 / 1 / 2 below 2 / below 4 / up to 6: a <= 6
     needs no upper clamp) and t = fma(rb, p, a) = a + byte / 256 * step(a) (exact product, one
-    fp32 rounding, as TE), the code is min(floor(2t), floor(t) + 2, floor(t/2) + 4) (t < 8),
-    each floor one round-down fma against 2^23. p costs a max and an AND on the bit pattern
-    (non-negative floats order like integers): 2 instructions where the fmul-and-two-clamps
-    form took 4 (perf/NOTES.md, "Issue 17")."""
+    fp32 rounding, as TE), t < 8. p costs a max and an AND on the bit pattern (non-negative
+    floats order like integers). The floor onto the e2m1 grid: t * 2^-126 rounded toward zero
+    puts 1.0 at the smallest normal, so [0, 1) becomes subnormal with the grid step 0.5 as its
+    top mantissa bit, and from 1 up the grid is {exponent, top mantissa bit}: the code is
+    bits(rz(t * 2^-126)) >> 22 (truncation = floor; [6, 8) -> 7 = 6, TE's clamp). 6
+    instructions per value; min(floor(2t), floor(t) + 2, floor(t / 2) + 4) took 9
+    (perf/NOTES.md, "Issue 17")."""
     a = cute.arch.fmin(cute.math.absf(v), Float32(6.0))  # NaN -> 6, as the RN path
     p = dev.bits_f32(dev.max_u32(dev.f32_bits(a), Uint32(0x3F800000)) & Uint32(0x7F800000))
     t = dev.fma_rn(rb, p, a)
-    f1 = dev.fma_rm(t, Float32(2.0), Float32(dev.MAGIC))
-    f2 = dev.fma_rm(t, Float32(1.0), Float32(dev.MAGIC + 2.0))
-    f3 = dev.fma_rm(t, Float32(0.5), Float32(dev.MAGIC + 4.0))
-    return dev.f32_bits(cute.arch.fmin(cute.arch.fmin(f1, f2), f3))
+    return dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) >> Uint32(22)
+
+
+SR_GRID_SCALE = 2.0**-126  # 1.0 -> the smallest normal fp32
 
 
 # Random bytes as exact fp32 byte / 512 without a PRMT: OR the byte in place into a magic

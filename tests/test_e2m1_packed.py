@@ -170,3 +170,30 @@ def test_sr_random_byte_magic():
     lo = (b | U32(0x46800000)).view(np.float32) - np.float32(16384.0)
     hi = ((b << U32(8)) | U32(0x42800000)).view(np.float32) - np.float32(64.0)
     assert np.array_equal(lo, want) and np.array_equal(hi, want)
+
+
+def _sr_floor_code(t):
+    """``stochastic.e2m1_sr_code_bits``'s floor: bits(rz(t * 2^-126)) >> 22, emulated (t >= 1:
+    an exponent shift; t < 1: the subnormal mantissa floor(t * 2^23): units of 2^-149)."""
+    bits = t.view(U32).astype(np.int64)
+    normal = bits - (126 << 23)
+    sub = np.floor(t.astype(np.float64) * 2.0**23).astype(np.int64)
+    return np.where(t >= 1, normal, sub) >> 22
+
+
+def test_sr_grid_floor():
+    """The SR floor onto the e2m1 grid through a subnormal shift equals TE's
+    min(floor(t / step(t)) * step(t), 6) for every fp32 t in [0, 8) (stride 61, the binade
+    and grid edges and their neighbours), as a code."""
+    t = np.arange(0, 0x41000000, 61, dtype=np.int64).astype(U32)
+    edges = np.array([0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000], np.int64)
+    edges = np.concatenate([edges, np.array([0x40800000, 0x40C00000], np.int64)])
+    near = (edges[:, None] + np.arange(-3, 4)[None, :]).ravel().astype(U32)
+    t = np.concatenate([t, near, np.array([0, 1], U32)])
+    tf = t.view(np.float32)
+    step = np.where(tf < 2, 0.5, np.where(tf < 4, 1.0, 2.0)).astype(np.float32)
+    q = np.fmin(np.floor(tf / step) * step, np.float32(6.0))
+    grid = np.array([0, 0.5, 1, 1.5, 2, 3, 4, 6], np.float32)
+    want = np.searchsorted(grid, q)
+    assert np.array_equal(grid[want], q)
+    assert np.array_equal(_sr_floor_code(tf), want)
