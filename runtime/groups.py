@@ -25,7 +25,8 @@ from cutequant.kernels import pdl
 
 ROW_MULTIPLE = 16
 TILE_ROWS = 64
-_HOST_CACHE: collections.OrderedDict = collections.OrderedDict()
+_HOST_CACHE: collections.OrderedDict = collections.OrderedDict()  # prepared layouts
+_CHECKED: collections.OrderedDict = collections.OrderedDict()  # validated split tuples
 _HOST_CACHE_SIZE = 256
 _WORKSPACES: dict = {}
 _RETIRED: list = []  # grown-out workspaces (never freed: a kernel may still read one)
@@ -252,13 +253,15 @@ def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
         return None
     cacheable = isinstance(splits, (list, tuple)) and _plain_ints(splits)
     if cacheable:
-        hit = _HOST_CACHE.get((tuple(splits), m_rows, None))
+        hit = _CHECKED.get((tuple(splits), m_rows))
         if hit is not None:
             return hit
     values = _validate_host_splits(splits, m_rows)
     if cacheable:
         with _LOCK:
-            _HOST_CACHE[(values, m_rows, None)] = values
+            _CHECKED[(values, m_rows)] = values
+            while len(_CHECKED) > _HOST_CACHE_SIZE:
+                _CHECKED.popitem(last=False)
     return values
 
 
