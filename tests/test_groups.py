@@ -130,3 +130,14 @@ def test_output_offsets_from_host_splits():
     assert off[2].tolist() == [r * n // 2 for r in row0]
     assert off[3].tolist() == [c * 384 for c in cscale]  # roundup(272, 128) = 384
     assert groups.element_offsets(layout, n).tolist() == [[r * n for r in row0]] * 2
+
+
+def test_checked_splits_and_layouts_do_not_share_cache_entries():
+    """check_splits then prepare_groups on a device whose index is None (the CPU): the second
+    gets a layout, not the first's validated tuple."""
+    splits = [48, 16, 0]
+    assert groups.check_splits(splits, 64) == (48, 16, 0)
+    layout = groups.prepare_groups(splits, 64, torch.device("cpu"))
+    assert isinstance(layout, groups.GroupLayout)
+    assert layout.host_splits == (48, 16, 0) and layout.host_totals == (64, 2, 256, 8)
+    assert layout.tables.tolist()[0] == [0, 48, 64, 64]
