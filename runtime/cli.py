@@ -36,7 +36,20 @@ def _variants(cls, arch: str, **choices):
 
 
 def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """Every kernel variant the runtime can ask for: what `precompile` and CI compile."""
+    """Every kernel variant the runtime can ask for on ``arch``: what `precompile` and CI
+    compile. The variants that exist on ``arch`` (``spec.supported_archs()``), in the order of
+    the sm_90a list."""
+    if arch not in S.ARCHS:
+        raise ValueError(f"arch must be one of {S.ARCHS}, got {arch!r}")
+    return [
+        s if arch == s.arch else dataclasses.replace(s, arch=arch)
+        for s in _hopper_specs()
+        if arch in s.supported_archs()
+    ]
+
+
+def _hopper_specs() -> list[S.KernelSpec]:
+    arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []
     out += _variants(S.GroupTablesSpec, arch, splits_int64=(False, True))
     out += _variants(S.GroupAmaxSpec, arch, rht=(True,))

@@ -45,7 +45,7 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["precompile", "--arch", "sm_100a"], "argument --arch: invalid choice: 'sm_100a'"),
+        (["precompile", "--arch", "sm_89"], "argument --arch: invalid choice: 'sm_89'"),
         (["precompile", "--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
         (["precompile", "--jobs", "0"], "argument --jobs/-j: must be an integer >= 1, got 0"),
         (["precompile", "-j", "-3"], "argument --jobs/-j: must be an integer >= 1, got -3"),
