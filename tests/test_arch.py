@@ -128,3 +128,25 @@ def test_hardware_encoder_packs_like_the_software_one():
     for j, line in enumerate(lines):
         assert f"b{j}, ${2 * j + 2}, ${2 * j + 1};" in line
     assert "mov.b32 $0, {b0, b1, b2, b3};" in device._E2M1X8_CVT
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_120a"])
+def test_ops_refuse_missing_families_before_any_launch(monkeypatch, arch):
+    """The host checks of the NVFP4 quantize and amax ops raise UnsupportedArchError for a
+    family the device's arch lacks (CPU: the device check is replaced by the arch)."""
+    from cutequant import _checks
+
+    monkeypatch.setattr(_checks, "check_device", lambda x, name="x": arch)
+    x = torch.zeros(32, 64, dtype=torch.bfloat16)
+    with pytest.raises(S.UnsupportedArchError, match=f"nvfp4_quantize is not available on {arch}"):
+        nvfp4.check_quantize(
+            x, [16, 16], True, True, True, amax.DEFAULT_SIGN_MASK, False, False, None, False,
+            None, None,
+        )  # fmt: skip
+    with pytest.raises(S.UnsupportedArchError, match=f"not available on {arch}"):
+        amax.check_group_amax(x, [16, 16], True, amax.DEFAULT_SIGN_MASK)
+    if arch == "sm_100a":
+        assert amax.check_group_amax(x, [16, 16], False, amax.DEFAULT_SIGN_MASK)[-1] == arch
+    else:
+        with pytest.raises(S.UnsupportedArchError, match="group_amax is not available on sm_120a"):
+            amax.check_group_amax(x, [16, 16], False, amax.DEFAULT_SIGN_MASK)
