@@ -150,3 +150,27 @@ def test_ops_refuse_missing_families_before_any_launch(monkeypatch, arch):
     else:
         with pytest.raises(S.UnsupportedArchError, match="group_amax is not available on sm_120a"):
             amax.check_group_amax(x, [16, 16], False, amax.DEFAULT_SIGN_MASK)
+
+
+@pytest.mark.parametrize(
+    "arch, dtype, scaling, ok",
+    [
+        ("sm_100a", torch.bfloat16, "current", True),
+        ("sm_100a", torch.float32, "delayed", True),
+        ("sm_120a", torch.bfloat16, "delayed", True),  # the tile cast alone
+        ("sm_120a", torch.bfloat16, "current", False),  # needs the persistent amax pass
+        ("sm_120a", torch.float32, "delayed", False),  # fp32: the persistent TMA-ring cast
+    ],
+)
+def test_fp8_op_checks_its_kernels_exist_on_the_arch(monkeypatch, arch, dtype, scaling, ok):
+    from cutequant import _checks, fp8
+
+    monkeypatch.setattr(_checks, "check_device", lambda x, name="x": arch)
+    x = torch.zeros(32, 64, dtype=dtype)
+    scale = torch.ones(2) if scaling == "delayed" else None
+    args = (x, [16, 16], torch.float8_e4m3fn, scaling, scale, True, True, 0.0, False)
+    if ok:
+        assert fp8.check_fp8_quantize(*args)[-1] == arch
+    else:
+        with pytest.raises(S.UnsupportedArchError, match=f"not available on {arch}"):
+            fp8.check_fp8_quantize(*args)
