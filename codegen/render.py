@@ -41,15 +41,18 @@ def template_text(name: str) -> str:
 
 
 def render(spec: KernelSpec) -> str:
-    """The module source for ``spec`` (independent of spec.arch)."""
+    """The module source for ``spec``: the arch picks the e2m1 encoder (``hw_e2m1``), nothing
+    else; every sm_90a module renders as it did before the arch switch."""
     source = _environment().get_template(spec.template).render(**spec.render_fields())
     return _tidy(source)
 
 
 def module_name(spec: KernelSpec) -> str:
-    """Deterministic module name: family + hash(source fields, template, package version)."""
+    """Deterministic module name: family + hash(source fields, arch, template, package
+    version)."""
     h = hashlib.sha256()
     h.update(repr(sorted(spec.source_fields().items())).encode())
+    h.update(spec.arch.encode())
     h.update(template_text(spec.template).encode())
     h.update(PACKAGE_VERSION.encode())
     return f"cq_{spec.family}_{h.hexdigest()[:16]}"

@@ -16,7 +16,17 @@ import os
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-ARCHS = ("sm_90a",)
+# Every arch a spec may target (nvidia-cutlass-dsl 4.8.1 compiles each). sm_90a (Hopper) is
+# tested on hardware; sm_100a (B200/GB200) and sm_120a (RTX 50xx / RTX PRO Blackwell) are
+# compile-checked only. A family lists the archs it exists on in its ``ARCHS`` class attribute.
+ARCHS = ("sm_90a", "sm_100a", "sm_120a")
+HOPPER_ARCHS = ("sm_90a",)  # families (or switches) built on wgmma
+# Persistent kernels (kernels/schedule.py) ask for at least 115 KB of shared memory per CTA;
+# sm_120a gives a CTA at most 99 KB (cutlass.memory.get_smem_capacity_in_bytes("sm_120")), so
+# those families are not offered there (tests/test_compile.py checks every launch's smem).
+PERSISTENT_ARCHS = ("sm_90a", "sm_100a")
+# archs with the hardware e2m1 conversion (cvt.rn.satfinite.e2m1x2.f32): RN encodes with it
+HW_E2M1_ARCHS = ("sm_100a", "sm_120a")
 # TilePlan.walk_band value for token-fastest walks over whole groups; equals
 # cutequant.kernels.schedule.WHOLE_GROUP (a band wider than any group's row tiles).
 WHOLE_GROUP_BAND = 1 << 26
@@ -55,6 +65,10 @@ class TilePlan:
             )
 
 
+class UnsupportedArchError(ValueError):
+    """A family (or one of its switches) that does not exist on the requested arch."""
+
+
 def _pdl_default() -> bool:
     """Programmatic dependent launch unless ``CUTEQUANT_PDL=0`` (read when a spec is made)."""
     return os.environ.get("CUTEQUANT_PDL", "1") != "0"
@@ -69,12 +83,27 @@ class KernelSpec:
 
     template: ClassVar[str] = ""
     family: ClassVar[str] = ""
+    ARCHS: ClassVar[tuple[str, ...]] = ARCHS  # the archs this family compiles for
     arch: str = "sm_90a"
     pdl: bool = field(default_factory=_pdl_default)
 
     def __post_init__(self):
         if self.arch not in ARCHS:
             raise ValueError(f"arch must be one of {ARCHS}, got {self.arch!r}")
+        if self.arch not in self.supported_archs():
+            raise UnsupportedArchError(
+                f"{self.variant_name()} is not available on {self.arch}; it exists on "
+                f"{', '.join(self.supported_archs())} (cutequant supports {', '.join(ARCHS)})"
+            )
+
+    def supported_archs(self) -> tuple[str, ...]:
+        """The archs this variant compiles for (the family's ``ARCHS`` unless a switch narrows
+        them, e.g. an RHT built on wgmma)."""
+        return type(self).ARCHS
+
+    def variant_name(self) -> str:
+        """The family, or the family and the switch that limits its archs (error messages)."""
+        return self.family
 
     def fields(self) -> dict:
         out = {}
@@ -91,14 +120,20 @@ class KernelSpec:
         return hashlib.sha256(self.key().encode()).hexdigest()
 
     def source_fields(self) -> dict:
-        """Fields that shape the rendered source (the arch only affects compilation)."""
+        """Fields that shape the rendered source, the arch aside (``render_fields`` adds it: it
+        picks the e2m1 encoder; ``codegen.module_name`` hashes it)."""
         out = self.fields()
         out.pop("arch")
         plan = out.pop("plan", {})
         return {**out, **plan}
 
     def render_fields(self) -> dict:
-        return {**self.source_fields(), "spec_repr": self.describe()}
+        return {
+            **self.source_fields(),
+            "spec_repr": self.describe(),
+            "arch": self.arch,
+            "hw_e2m1": self.arch in HW_E2M1_ARCHS,
+        }
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in sorted(self.source_fields().items())]
@@ -120,6 +155,8 @@ class GroupAmaxSpec(KernelSpec):
 
     template: ClassVar[str] = "group_amax.py.j2"
     family: ClassVar[str] = "group_amax"
+    ARCHS: ClassVar[tuple[str, ...]] = PERSISTENT_ARCHS
+    RHT_ARCHS: ClassVar[tuple[str, ...]] = HOPPER_ARCHS  # the RHT is a wgmma
     rht: bool = True
     in_dtype: str = "bf16"
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
@@ -131,6 +168,12 @@ class GroupAmaxSpec(KernelSpec):
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
         if self.rht and self.in_dtype != "bf16":
             raise ValueError("the RHT amax is defined for bf16 input only")
+
+    def supported_archs(self) -> tuple[str, ...]:
+        return self.RHT_ARCHS if self.rht else type(self).ARCHS
+
+    def variant_name(self) -> str:
+        return "group_amax with rht=true" if self.rht else self.family
 
 
 @dataclass(frozen=True)
@@ -161,6 +204,7 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
 
     template: ClassVar[str] = "nvfp4_quantize.py.j2"
     family: ClassVar[str] = "nvfp4_quantize"
+    ARCHS: ClassVar[tuple[str, ...]] = HOPPER_ARCHS  # builds its wgmma RHT in every variant
     rowwise: bool = True
     columnwise: bool = True
     rht: bool = True
@@ -196,6 +240,7 @@ class Fp8QuantizeSpec(_CastWalk, KernelSpec):
 
     template: ClassVar[str] = "fp8_quantize.py.j2"
     family: ClassVar[str] = "fp8_quantize"
+    ARCHS: ClassVar[tuple[str, ...]] = PERSISTENT_ARCHS
     in_dtype: str = "bf16"
     fp8_dtype: str = "e4m3"
     delayed: bool = False

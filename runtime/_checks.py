@@ -34,7 +34,8 @@ def check_x(
 
 
 def check_device(x: torch.Tensor, name: str = "x") -> str:
-    """``x`` lives on a Hopper GPU with a 16-byte-aligned data pointer; returns the arch."""
+    """``x`` lives on a supported GPU (``_launch.CAPABILITY_ARCHS``) with a 16-byte-aligned data
+    pointer; returns its arch."""
     from cutequant import _launch
 
     if not x.is_cuda:

@@ -8,15 +8,32 @@ import torch
 
 from cutequant import jit
 
+# CUDA capability -> the arch cutequant compiles for it. sm_90a is tested on hardware; sm_100a
+# and sm_120a are compile-checked only (README, Hardware). Arch-specific ("a") cubins run on
+# exactly their capability, so sm_103 (B300), sm_121 (GB10), sm_89 and older are not served.
+CAPABILITY_ARCHS = {(9, 0): "sm_90a", (10, 0): "sm_100a", (12, 0): "sm_120a"}
+ARCH_GPUS = {
+    "sm_90a": "H100, H200; tested on hardware",
+    "sm_100a": "B200, GB200; compile-checked only",
+    "sm_120a": "RTX PRO 6000 Blackwell, RTX 50xx; compile-checked only",
+}
+
+
+def supported_archs_text() -> str:
+    return "; ".join(f"{arch} ({gpus})" for arch, gpus in ARCH_GPUS.items())
+
 
 @functools.cache
 def _arch_of(index: int) -> str:
     major, minor = torch.cuda.get_device_capability(index)
-    if major != 9:
+    arch = CAPABILITY_ARCHS.get((major, minor))
+    if arch is None:
+        name = torch.cuda.get_device_name(index)
         raise RuntimeError(
-            f"cutequant kernels need a Hopper GPU (sm_90); cuda:{index} is sm_{major}{minor}"
+            f"cutequant does not support cuda:{index} ({name}, sm_{major}{minor}); "
+            f"supported: {supported_archs_text()}"
         )
-    return "sm_90a"
+    return arch
 
 
 def device_arch(device: torch.device) -> str:

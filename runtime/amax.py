@@ -48,7 +48,9 @@ def check_group_amax(x, splits, rht, sign_mask):
         raise TypeError(f"x: the RHT amax needs torch.bfloat16 input, got {x.dtype}")
     num_groups = _num_groups(splits)
     host = groups.check_splits(splits, m_rows)
-    return m_rows, num_groups, splits if host is None else host, _checks.check_device(x)
+    arch = _checks.check_device(x)
+    _spec(arch, rht, IN_DTYPES[x.dtype])  # UnsupportedArchError before any allocation or launch
+    return m_rows, num_groups, splits if host is None else host, arch
 
 
 def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch) -> torch.Tensor:

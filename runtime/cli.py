@@ -1,9 +1,10 @@
 """``cutequant`` command line: kernel variants, their rendered source, and the kernel cache.
 
-  cutequant list [--family F] [--options]     kernel variants, as show-kernel arguments
-  cutequant show-kernel FAMILY [KEY=VALUE ...]
+  cutequant list [--family F] [--arch A] [--options]
+                                              kernel variants, as show-kernel arguments
+  cutequant show-kernel [--arch A] FAMILY [KEY=VALUE ...]
                                               print the rendered CuTe DSL module of a spec
-  cutequant precompile [--family F] [--jobs N]
+  cutequant precompile [--arch A] [--family F] [--jobs N]
                                               compile every variant into the disk cache
                                               (no GPU needed: run it on a build box)
   cutequant cache info | list | verify | clear
@@ -36,7 +37,20 @@ def _variants(cls, arch: str, **choices):
 
 
 def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """Every kernel variant the runtime can ask for: what `precompile` and CI compile."""
+    """Every kernel variant the runtime can ask for on ``arch``: what `precompile` and CI
+    compile. The variants that exist on ``arch`` (``spec.supported_archs()``), in the order of
+    the sm_90a list."""
+    if arch not in S.ARCHS:
+        raise ValueError(f"arch must be one of {S.ARCHS}, got {arch!r}")
+    return [
+        s if arch == s.arch else dataclasses.replace(s, arch=arch)
+        for s in _hopper_specs()
+        if arch in s.supported_archs()
+    ]
+
+
+def _hopper_specs() -> list[S.KernelSpec]:
+    arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []
     out += _variants(S.GroupTablesSpec, arch, splits_int64=(False, True))
     out += _variants(S.GroupAmaxSpec, arch, rht=(True,))
@@ -255,6 +269,15 @@ def cmd_precompile(args) -> int:
     from cutequant import cache
 
     specs = [s for s in all_specs(args.arch) if not args.family or s.family in args.family]
+    missing = [f for f in args.family or () if args.arch not in FAMILIES[f].ARCHS]
+    if missing:
+        for family in missing:
+            print(
+                f"cutequant precompile: {family} does not exist on {args.arch} (it does on "
+                f"{', '.join(FAMILIES[family].ARCHS)})",
+                file=sys.stderr,
+            )
+        return 1
     root = cache.cache_dir()
     if not cache.disk_cache_enabled():
         print(
@@ -442,6 +465,12 @@ def build_parser() -> argparse.ArgumentParser:
     ls = sub.add_parser("list", help="kernel variants that precompile builds")
     ls.add_argument("--family", action="append", choices=families, help="only this family")
     ls.add_argument(
+        "--arch",
+        default=S.ARCHS[0],
+        choices=S.ARCHS,
+        help="the variants on this arch (%(default)s)",
+    )
+    ls.add_argument(
         "--options", action="store_true", help="print each family's options and defaults instead"
     )
 
@@ -452,6 +481,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="options and defaults per family:\n" + _options_text(),
     )
     show.add_argument("family", choices=families, help="kernel family")
+    show.add_argument(
+        "--arch",
+        default=S.ARCHS[0],
+        choices=S.ARCHS,
+        help="target arch: picks the e2m1 encoder (default %(default)s)",
+    )
     show.add_argument(
         "options",
         nargs="*",
@@ -529,14 +564,14 @@ def main(argv=None) -> int:
         if args.options:
             print(_options_text())
             return 0
-        for spec in all_specs():
+        for spec in all_specs(args.arch):
             if not args.family or spec.family in args.family:
                 print(" ".join(spec_to_args(spec)))
     elif args.cmd == "show-kernel":
         from cutequant.codegen import render
 
         try:
-            spec = spec_from_args(args.family, args.options)
+            spec = spec_from_args(args.family, args.options, arch=args.arch)
         except (ValueError, TypeError) as exc:
             parser.error(f"show-kernel: {exc}")
         sys.stdout.write(render(spec))

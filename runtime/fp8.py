@@ -9,6 +9,7 @@ import torch
 from cutequant import _checks, _launch, groups
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
+from cutequant.amax import _spec as _amax_spec
 from cutequant.codegen.specs import Fp8QuantizeSpec, Fp8TileCastSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -185,7 +186,22 @@ def check_fp8_quantize(
     elif scale is not None:
         raise ValueError("scale: only used with scaling='delayed'")
     splits = splits if host is None else host
-    return m_rows, n_cols, num_groups, splits, scale, _checks.check_device(x)
+    arch = _checks.check_device(x)
+    delayed = scaling == "delayed"
+    _check_arch(arch, _IN_DTYPES[x.dtype], _FP8_DTYPES[fp8_dtype], delayed, rowwise, columnwise)
+    return m_rows, n_cols, num_groups, splits, scale, arch
+
+
+def _check_arch(arch, in_dtype, fp8_dtype, delayed, rowwise, columnwise) -> None:
+    """UnsupportedArchError (before any allocation or launch) when a kernel this call needs
+    does not exist on ``arch``: the cast, and with current scaling the amax pass (sm_120a has
+    neither persistent kernel: codegen/specs.py)."""
+    if uses_tile_cast(in_dtype, rowwise, columnwise):
+        _tile_spec(arch, in_dtype, fp8_dtype, delayed)
+    else:
+        _spec(arch, in_dtype, fp8_dtype, delayed, rowwise, columnwise)
+    if not delayed:
+        _amax_spec(arch, False, in_dtype)
 
 
 def output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise: bool, columnwise: bool) -> dict:

@@ -306,6 +306,16 @@ def check_quantize(
     if amax_estimation_scale is not None:
         _check_estimation_scale(amax_estimation_scale, amax, columnwise)
     arch = _checks.check_device(x)
+    # a family missing on this arch: UnsupportedArchError now, before any allocation or launch
+    _spec(
+        arch,
+        rowwise,
+        columnwise,
+        rht and columnwise,
+        swizzled_scales,
+        fast_math,
+        stochastic_rounding,
+    )
     return m_rows, n_cols, num_groups, splits if host is None else host, amax, rng_state, arch
 
 

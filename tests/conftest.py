@@ -13,6 +13,10 @@ def _has_hopper() -> bool:
 
 
 HAS_HOPPER = _has_hopper()
+HAS_BLACKWELL = torch.cuda.is_available() and torch.cuda.get_device_capability() in (
+    (10, 0),
+    (12, 0),
+)
 
 
 def pytest_configure(config):
@@ -21,12 +25,13 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    if HAS_HOPPER:
-        return
     skip = pytest.mark.skip(reason="needs an sm_90 (Hopper) GPU")
+    skip_bw = pytest.mark.skip(reason="needs an sm_100a / sm_120a (Blackwell) GPU")
     for item in items:
-        if "gpu" in item.keywords:
+        if "gpu" in item.keywords and not HAS_HOPPER:
             item.add_marker(skip)
+        if "blackwell" in item.keywords and not HAS_BLACKWELL:
+            item.add_marker(skip_bw)
 
 
 @pytest.fixture

@@ -45,7 +45,7 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["precompile", "--arch", "sm_100a"], "argument --arch: invalid choice: 'sm_100a'"),
+        (["precompile", "--arch", "sm_89"], "argument --arch: invalid choice: 'sm_89'"),
         (["precompile", "--arch", "sm_80"], "argument --arch: invalid choice: 'sm_80'"),
         (["precompile", "--jobs", "0"], "argument --jobs/-j: must be an integer >= 1, got 0"),
         (["precompile", "-j", "-3"], "argument --jobs/-j: must be an integer >= 1, got -3"),
@@ -285,3 +285,23 @@ def test_cache_commands_on_a_path_under_a_file(tmp_path, cache_root, capsys):
         assert "is not a directory" in out + err, action
     rc, out, err = run_cli(capsys, "cache-info", "--cache-dir", bad)
     assert rc == 1 and "deprecated" in err and "UNUSABLE" in out
+
+
+def test_arch_aware_list_show_and_precompile(capsys, tmp_path):
+    """`list --arch` prints the variants that exist there, `show-kernel --arch` renders the
+    hardware encoder on Blackwell, a family missing on an arch is refused by name."""
+    rc, out, _ = run_cli(capsys, "list", "--arch", "sm_120a")
+    assert rc == 0 and "fake_quant_rows" in out
+    families = {line.split()[0] for line in out.splitlines()}
+    assert "fp8_quantize" not in families and "nvfp4_quantize" not in families
+    rc, out, _ = run_cli(capsys, "show-kernel", "--arch", "sm_100a", "fake_quant_rows")
+    assert rc == 0 and "dev.e2m1x8_cvt(" in out
+    rc, out, _ = run_cli(capsys, "show-kernel", "fake_quant_rows")
+    assert rc == 0 and "dev.e2m1x8(" in out and "e2m1x8_cvt" not in out
+    rc, out, err = run_cli(capsys, "show-kernel", "--arch", "sm_100a", "nvfp4_quantize")
+    assert rc == 2 and "nvfp4_quantize is not available on sm_100a" in err
+    rc, out, err = run_cli(
+        capsys, "precompile", "--arch", "sm_120a", "--family", "fp8_quantize",
+        "--cache-dir", str(tmp_path), "--no-progress",
+    )  # fmt: skip
+    assert rc == 1 and "fp8_quantize does not exist on sm_120a" in err

@@ -6,7 +6,12 @@ comparisons run in torch, 2^26 patterns per launch (64 launches, a few seconds o
 
 The one documented difference from the torch reference: a NaN with the sign bit set encodes as
 0xF on the device (sign from bit 31; the reference clears it). The kernels never see one: x *
-enc of a NaN is the canonical NaN 0x7FFFFFFF."""
+enc of a NaN is the canonical NaN 0x7FFFFFFF.
+
+On Blackwell (sm_100a / sm_120a, marker ``blackwell``; never run so far) the same sweep
+compares the hardware encoder ``e2m1x8_cvt`` (the cvt the software one is defined by) with
+``e2m1x8``: all 2^32 patterns must agree, which is what makes the arch switch of the RN
+templates safe. On CPU both launchers compile for every arch they target."""
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -33,6 +38,18 @@ def _encode_kernel(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32):
     dev.st_global_b32(old_ptr.toint() + Int64(w) * 4, dev.e2m1x8_fp32(v))
 
 
+@cute.kernel
+def _encode_kernel_hw(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32):
+    """Blackwell: the hardware cvt into ``new_ptr``, the software ``e2m1x8`` into ``old_ptr``."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    w = bidx * THREADS + tidx
+    first = Uint32(base) + Uint32(w) * Uint32(8)
+    v = [dev.bits_f32(first + Uint32(j)) for j in range(8)]
+    dev.st_global_b32(new_ptr.toint() + Int64(w) * 4, dev.e2m1x8_cvt(v))
+    dev.st_global_b32(old_ptr.toint() + Int64(w) * 4, dev.e2m1x8(v))
+
+
 @cute.jit
 def _launch(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: cuda.CUstream):
     words = (1 << CHUNK_LOG2) // 8
@@ -41,17 +58,38 @@ def _launch(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: c
     )
 
 
-def _compile(*options: str):
+@cute.jit
+def _launch_hw(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: cuda.CUstream):
+    words = (1 << CHUNK_LOG2) // 8
+    _encode_kernel_hw(new_ptr, old_ptr, base).launch(
+        grid=[words // THREADS, 1, 1], block=[THREADS, 1, 1], stream=stream
+    )
+
+
+def _compile(*options: str, launcher=_launch):
     """Compile the test launcher (``options``: e.g. "--gpu-arch sm_90a" without a GPU)."""
     gmem = cute.AddressSpace.gmem
     ptr = cute.runtime.make_ptr(cutlass.Uint32, 0, gmem, assumed_align=4)
     kw = {"options": " ".join(options)} if options else {}
-    return cute.compile(_launch, ptr, ptr, Int32(0), cuda.CUstream(0), **kw)
+    return cute.compile(launcher, ptr, ptr, Int32(0), cuda.CUstream(0), **kw)
 
 
-def test_exhaustive_kernel_compiles_for_sm90a():
-    """CPU: the test kernel (both encoders) builds for sm_90a."""
-    assert _compile("--gpu-arch sm_90a") is not None
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a", "sm_120a"])
+def test_exhaustive_kernel_compiles(arch):
+    """CPU: the test kernel (both software encoders) builds for every arch."""
+    assert _compile(f"--gpu-arch {arch}") is not None
+
+
+@pytest.mark.parametrize("arch", ["sm_100a", "sm_120a"])
+def test_hardware_encoder_kernel_compiles_for_blackwell(arch):
+    """CPU: the hardware-vs-software kernel builds for the archs with the e2m1 cvt."""
+    assert _compile(f"--gpu-arch {arch}", launcher=_launch_hw) is not None
+
+
+def test_hardware_encoder_does_not_build_for_sm90a():
+    """sm_90a has no e2m1 cvt: ptxas refuses it (why the templates switch on the arch)."""
+    with pytest.raises(Exception, match="e2m1x2"):
+        _compile("--gpu-arch sm_90a", launcher=_launch_hw)
 
 
 def _nibbles(words: torch.Tensor) -> torch.Tensor:
@@ -97,3 +135,26 @@ def test_packed_encoder_all_fp32_patterns():
             )
     assert vs_old == 0, f"{vs_old} words differ from e2m1x8_fp32"
     assert vs_ref == 0, f"{vs_ref} codes differ from reference.e2m1_encode; first {first_bad}"
+
+
+@pytest.mark.blackwell
+def test_hardware_encoder_all_fp32_patterns():
+    """sm_100a / sm_120a: ``e2m1x8_cvt`` (hardware) == ``e2m1x8`` (software), every pattern."""
+    compiled = _compile(launcher=_launch_hw)
+    n = 1 << CHUNK_LOG2
+    hw = torch.empty(n // 8, dtype=torch.int32, device="cuda")
+    sw = torch.empty_like(hw)
+    gmem = cute.AddressSpace.gmem
+    mk = cute.runtime.make_ptr
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    bad = 0
+    for chunk in range(1 << (32 - CHUNK_LOG2)):
+        base = chunk << CHUNK_LOG2
+        compiled(
+            mk(cutlass.Uint32, hw.data_ptr(), gmem, assumed_align=4),
+            mk(cutlass.Uint32, sw.data_ptr(), gmem, assumed_align=4),
+            Int32(base - (1 << 32) if base >= 1 << 31 else base),
+            stream,
+        )
+        bad += int((hw != sw).sum())
+    assert bad == 0, f"{bad} words differ between the hardware cvt and the software encoder"

@@ -76,6 +76,6 @@ def test_readme_session_runs_as_printed(tmp_path):
         got = run_step(command, cache_dir)
         status = got.rsplit("\n", 1)[-1]
         got = got.rsplit("\n", 1)[0] if "\n" in got else ""
-        want_status = "exit 2" if "--arch sm_100a" in command else "exit 0"
+        want_status = "exit 2" if "--arch sm_89" in command else "exit 0"
         assert status == want_status, (command, got)
         assert mask(got, cache_dir) == mask(expected, DEMO_DIR), command
