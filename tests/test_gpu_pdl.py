@@ -78,7 +78,7 @@ def test_back_to_back_calls_see_each_others_results(rng, split_kind):
 
 def test_results_keep_their_own_splits_and_status(rng):
     """With device splits a result reads its split sizes (and the device-side validity) lazily;
-    calls made in between rebuild the runtime's workspace tables, which it must not see."""
+    calls made in between build their own tables, which it must not see."""
     n_cols = 128
     first = random_splits(9, None, rng, zero_at=("middle",))
     x1 = grouped_input(first, n_cols, rng)
