@@ -35,6 +35,21 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
+def cache_root(tmp_path, monkeypatch):
+    """A private, empty disk cache for one test (memory cache and cache warnings reset)."""
+    from cutequant import cache, jit
+
+    root = tmp_path / "cache"
+    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(root))
+    monkeypatch.delenv("CUTEQUANT_DISABLE_DISK_CACHE", raising=False)
+    cache.reset_state()
+    jit.clear_memory_cache()
+    yield root
+    cache.reset_state()
+    jit.clear_memory_cache()
+
+
+@pytest.fixture
 def rng():
     """A fresh, logged seed per test: failures are reproducible, inputs differ per run."""
     seed = int.from_bytes(os.urandom(4), "little")

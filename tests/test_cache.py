@@ -24,18 +24,6 @@ SPEC = S.GroupTablesSpec(splits_int64=True)  # the quickest kernel to compile
 OTHER = S.GroupTablesSpec(splits_int64=False)
 
 
-@pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(root))
-    monkeypatch.delenv("CUTEQUANT_DISABLE_DISK_CACHE", raising=False)
-    cache.reset_state()
-    jit.clear_memory_cache()
-    yield root
-    cache.reset_state()
-    jit.clear_memory_cache()
-
-
 def _entry(spec=SPEC) -> cache.Entry:
     return cache.Entry(jit.cache_dir(), jit.entry_name(spec))
 

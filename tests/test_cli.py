@@ -18,18 +18,6 @@ from cutequant.codegen import specs as S
 ALL = cli.all_specs()
 
 
-@pytest.fixture
-def cache_root(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(root))
-    monkeypatch.delenv("CUTEQUANT_DISABLE_DISK_CACHE", raising=False)
-    cache.reset_state()
-    jit.clear_memory_cache()
-    yield root
-    cache.reset_state()
-    jit.clear_memory_cache()
-
-
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
     try:
         rc = cli.main(list(argv))

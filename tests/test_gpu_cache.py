@@ -17,18 +17,6 @@ from cutequant.testing import grouped_input, random_splits
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture
-def fresh_cache(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(root))
-    monkeypatch.delenv("CUTEQUANT_DISABLE_DISK_CACHE", raising=False)
-    cache.reset_state()
-    jit.clear_memory_cache()
-    yield root
-    cache.reset_state()
-    jit.clear_memory_cache()
-
-
 def _ops(rng):
     """The amax (RHT and plain) and FP8 (tile cast and TMA ring) kernels, checked byte for byte
     against cutequant.reference."""
@@ -41,10 +29,10 @@ def _ops(rng):
     check_fp8(x.float(), splits, scaling="delayed", scale=scale)  # fp32: the TMA ring
 
 
-def test_cpu_precompiled_entries_load_without_compiling(fresh_cache, rng):
+def test_cpu_precompiled_entries_load_without_compiling(cache_root, rng):
     """`cutequant precompile` with no GPU visible (as on a build box) writes the entries; this
     GPU process then loads every kernel it needs from them and compiles none."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "CUTEQUANT_CACHE_DIR": str(fresh_cache)}
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "", "CUTEQUANT_CACHE_DIR": str(cache_root)}
     families = ["group_tables", "group_amax", "fp8_tile_cast", "fp8_quantize"]
     cmd = [sys.executable, "-m", "cutequant.cli", "precompile", "--jobs", "8"]
     cmd += [arg for f in families for arg in ("--family", f)]
@@ -66,9 +54,9 @@ def _flip(path):
     path.write_bytes(bytes(data))
 
 
-def test_damaged_entries_are_recompiled(fresh_cache, rng):
+def test_damaged_entries_are_recompiled(cache_root, rng):
     _ops(rng)
-    objs = sorted((fresh_cache / "kernels").glob("*.so"))
+    objs = sorted((cache_root / "kernels").glob("*.so"))
     assert len(objs) >= 4
     for obj in objs:
         _flip(obj)
@@ -83,7 +71,7 @@ def test_damaged_entries_are_recompiled(fresh_cache, rng):
     assert jit.stats.compiles == compiles
 
 
-def test_unusable_cache_dir_gives_right_answers(tmp_path, fresh_cache, monkeypatch, rng):
+def test_unusable_cache_dir_gives_right_answers(tmp_path, cache_root, monkeypatch, rng):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     monkeypatch.setenv("CUTEQUANT_CACHE_DIR", str(blocker / "cache"))
