@@ -5,6 +5,8 @@
                                                     call is made of (median of 2000, in us)
     python perf/host_overhead.py first-call         a fresh process with a warm disk cache:
                                                     import cutequant, then its first op
+    python perf/host_overhead.py conditions         host time per op by input size, GPU busy or
+                                                    idle, and the argument checks alone
 
 No synchronization inside the timed loops: what is measured is the CPU time to issue work.
 """
@@ -147,11 +149,62 @@ def first_call() -> None:
             print(f"{label:18s} {out.stdout.strip() or out.stderr.strip()[-300:]}")
 
 
+def _condition_ops(x, splits, amax) -> dict:
+    from cutequant import amax as amax_mod
+    from cutequant import nvfp4
+
+    return {
+        "group_amax": lambda: cutequant.group_amax(x, splits),
+        "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
+        "nvfp4 (amax pass)": lambda: cutequant.nvfp4_group_quantize(x, splits),
+        "fp8 current": lambda: cutequant.fp8_group_quantize(x, splits),
+        "check_group_amax only": lambda: amax_mod.check_group_amax(x, splits, True, 0xD7E8),
+        "nvfp4 check_quantize only": lambda: nvfp4.check_quantize(
+            x, splits, True, True, True, 0xD7E8, False, False, amax, False, None, None
+        ),
+    }
+
+
+def conditions() -> None:
+    """Host time per call (median) of each op on small and large inputs: the first 50 calls after
+    one warm-up (as perf/bench.py measures), 300 calls after 50 more, and 300 calls queued
+    behind a long sleep kernel (GPU busy); and the argument checks alone."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = {
+        "small 1024x512 / 3": ([512, 0, 512], 512),
+        "dense 8192x5120": ([8192], 5120),
+        "65536x2048 / 256": ([256] * 256, 2048),
+    }
+    for label, (splits, n_cols) in inputs.items():
+        x = grouped_input(splits, n_cols, gen)
+        amax = torch.stack(cutequant.group_amax(x, splits))
+        ops = _condition_ops(x, splits, amax)
+        for name, fn in ops.items():
+            fn()
+            torch.cuda.synchronize()
+            first = []  # as perf/bench.py measures: 50 calls right after one warm-up call
+            for _ in range(50):
+                t = time.perf_counter_ns()
+                fn()
+                first.append(time.perf_counter_ns() - t)
+            torch.cuda.synchronize()
+            warm = _cost_us(fn, 300)
+            torch.cuda._sleep(2_000_000_000)  # ~1 s of GPU work queued ahead of the calls
+            busy = _cost_us(fn, 300)  # <= 700 launches: below the launch queue's depth
+            torch.cuda.synchronize()
+            print(
+                f"{label:20s} {name:26s} first 50 {statistics.median(first) / 1e3:6.1f} us  "
+                f"warm {warm:6.1f} us  GPU busy {busy:6.1f} us"
+            )
+
+
 def main(argv) -> int:
     if argv and argv[0] == "first-call":
         first_call()
     elif argv and argv[0] == "primitives":
         primitives()
+    elif argv and argv[0] == "conditions":
+        conditions()
     else:
         profile(argv[1:] if argv and argv[0] == "profile" else argv)
     return 0
