@@ -26,6 +26,54 @@ def test_host_tables_match_the_definition():
     assert t.dtype == torch.int32 and t.shape == (4, len(splits) + 1)
 
 
+def test_host_tables_random_lists_and_overflow():
+    """The Python prefix sums against torch's cumsum of the same counts, for random lists of
+    1-300 groups (their totals too), and the int32 overflow error."""
+    gen = torch.Generator().manual_seed(7)
+    for _ in range(50):
+        g = int(torch.randint(1, 300, (1,), generator=gen))
+        s = torch.randint(0, 200, (g,), generator=gen) * 16
+        s[torch.rand(g, generator=gen) < 0.2] = 0
+        counts = torch.stack([s, (s + 63) // 64, (s + 127) // 128 * 128, (s // 16 + 3) // 4 * 4])
+        want = torch.zeros(4, g + 1, dtype=torch.int64)
+        want[:, 1:] = counts.cumsum(dim=1)
+        values = tuple(s.tolist())
+        assert torch.equal(groups.host_tables(values).long(), want)
+        assert groups.host_totals(values) == tuple(want[:, -1].tolist())
+    with pytest.raises(ValueError, match="overflows the int32"):
+        groups.host_tables((2**31 - 16, 16))
+
+
+@pytest.mark.parametrize(
+    "splits",
+    [[16, 32], (0, 48, 0), [True, 16], [False, 48], [16.0, 32], [np.int64(16), 32], [-16, 64],
+     [8, 40], [16, 16, 16], [48, 16]],
+)  # fmt: skip
+def test_fast_split_validation_agrees_with_the_loop(splits):
+    """``_validate_host_splits``'s builtin-only fast path accepts exactly what the per-group
+    loop accepts, with the same values (errors come from the loop, naming the split)."""
+    m_rows = 48
+
+    def loop(values):
+        for i, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, int | np.integer):
+                raise TypeError(i)
+            if v < 0 or v % 16:
+                raise ValueError(i)
+        if sum(values) != m_rows:
+            raise ValueError("sum")
+        return tuple(int(v) for v in values)
+
+    try:
+        want = loop(splits)
+    except (TypeError, ValueError) as exc:
+        with pytest.raises(type(exc)):
+            groups._validate_host_splits(splits, m_rows)
+    else:
+        got = groups._validate_host_splits(splits, m_rows)
+        assert got == want and all(type(v) is int for v in got)
+
+
 def test_tile_records_match_the_tables():
     """One record per 64-row tile (group, group's first row, group's rows, tile within the
     group), in tile order, skipping empty groups; on the device right after the tables."""
