@@ -149,11 +149,23 @@ def first_call() -> None:
             print(f"{label:18s} {out.stdout.strip() or out.stderr.strip()[-300:]}")
 
 
+def _fresh_lists(splits, count: int = 1500) -> list[list[int]]:
+    """``count`` distinct split lists with the group count and total of ``splits`` (more than
+    the runtime remembers, so that cycling through them, every call sees a new list)."""
+    gen = torch.Generator().manual_seed(1)
+    units, groups = sum(splits) // 16, len(splits)
+    seen: set = set()
+    while len(seen) < count:
+        cuts = sorted(torch.randint(0, units + 1, (groups - 1,), generator=gen).tolist())
+        seen.add(tuple(b - a for a, b in zip([0, *cuts], [*cuts, units], strict=True)))
+    return [[16 * u for u in s] for s in seen]
+
+
 def _condition_ops(x, splits, amax) -> dict:
     from cutequant import amax as amax_mod
     from cutequant import nvfp4
 
-    return {
+    ops = {
         "group_amax": lambda: cutequant.group_amax(x, splits),
         "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
         "nvfp4 (amax pass)": lambda: cutequant.nvfp4_group_quantize(x, splits),
@@ -163,6 +175,17 @@ def _condition_ops(x, splits, amax) -> dict:
             x, splits, True, True, True, 0xD7E8, False, False, amax, False, None, None
         ),
     }
+    if len(splits) > 1:  # an MoE step: new split sizes on every call
+        pool, k = _fresh_lists(splits), [0]
+
+        def fresh():
+            k[0] += 1
+            return pool[k[0] % len(pool)]
+
+        ops["group_amax, new splits"] = lambda: cutequant.group_amax(x, fresh())
+        ops["nvfp4 (amax pass), new splits"] = lambda: cutequant.nvfp4_group_quantize(x, fresh())
+        ops["fp8 current, new splits"] = lambda: cutequant.fp8_group_quantize(x, fresh())
+    return ops
 
 
 def conditions() -> None:
@@ -193,7 +216,7 @@ def conditions() -> None:
             busy = _cost_us(fn, 300)  # <= 700 launches: below the launch queue's depth
             torch.cuda.synchronize()
             print(
-                f"{label:20s} {name:26s} first 50 {statistics.median(first) / 1e3:6.1f} us  "
+                f"{label:20s} {name:30s} first 50 {statistics.median(first) / 1e3:6.1f} us  "
                 f"warm {warm:6.1f} us  GPU busy {busy:6.1f} us"
             )
 
