@@ -158,6 +158,7 @@ def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, mon
     from cutequant.codegen.specs import WHOLE_GROUP_BAND
 
     monkeypatch.setattr(amax, "l2_resident", lambda *args: resident)
+    monkeypatch.setattr(amax, "_LAUNCH_FACTS", {})  # cached residents of earlier tests
     walk_band = WHOLE_GROUP_BAND if band == "whole_group" else band
     for n_cols, n_groups, rows, zero_at in (
         (1024, 1, 4096, ()),

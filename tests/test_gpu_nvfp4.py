@@ -170,6 +170,7 @@ def test_walk_bands(band, monkeypatch, rng):
     from cutequant.testing import with_plan
 
     monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, walk_band=band))
+    monkeypatch.setattr(nvfp4, "_SPECS", {})  # (spec, grid) of earlier tests: not this plan
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
@@ -186,6 +187,7 @@ def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
 
     monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, chunk=chunk))
     monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
+    monkeypatch.setattr(nvfp4, "_SPECS", {})  # (spec, grid) of earlier tests: not this plan
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
