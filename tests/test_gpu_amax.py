@@ -1,4 +1,6 @@
-"""GPU: grouped (RHT) amax kernel, bit-exact against cutequant.reference on fresh data."""
+"""GPU: grouped (RHT) amax kernel, bit-exact against cutequant.reference on fresh data. Every
+test runs with the arch's RHT instruction (wgmma on sm_90a) and with mma.sync (conftest
+``rht_mma``; tests parametrized rht=False once)."""
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ import cutequant
 from cutequant import jit, reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma")]
 
 CASES = [
     # (N, groups, zero-token groups at, rows or None)
