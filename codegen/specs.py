@@ -128,7 +128,7 @@ class KernelSpec:
 
     def source_fields(self) -> dict:
         """Fields that shape the rendered source, the arch aside (``render_fields`` adds it: it
-        picks the e2m1 encoder; ``codegen.module_name`` hashes it)."""
+        picks the e2m1 encoder and the RHT instruction; ``codegen.module_name`` hashes it)."""
         out = self.fields()
         out.pop("arch")
         plan = out.pop("plan", {})
