@@ -41,8 +41,8 @@ def template_text(name: str) -> str:
 
 
 def render(spec: KernelSpec) -> str:
-    """The module source for ``spec``: the arch picks the e2m1 encoder (``hw_e2m1``), nothing
-    else; every sm_90a module renders as it did before the arch switch."""
+    """The module source for ``spec``: the arch picks the e2m1 encoder (``hw_e2m1``) and, for
+    the RHT kernels, the RHT's instruction (``rht_mma`` "auto"), nothing else."""
     source = _environment().get_template(spec.template).render(**spec.render_fields())
     return _tidy(source)
 

@@ -27,6 +27,13 @@ HOPPER_ARCHS = ("sm_90a",)  # families (or switches) built on wgmma
 PERSISTENT_ARCHS = ("sm_90a", "sm_100a")
 # archs with the hardware e2m1 conversion (cvt.rn.satfinite.e2m1x2.f32): RN encodes with it
 HW_E2M1_ARCHS = ("sm_100a", "sm_120a")
+# The tensor-core instruction of the 16x16 RHT (spec field ``rht_mma`` of the NVFP4 quantize and
+# RHT amax kernels): "wgmma" (warpgroup m64n16k16, sm_90a only) or "mma_sync" (warp-level
+# m16n8k16, sm_80+: kernels/warp_rht.py). "auto", the field's default, is the arch's choice
+# below; an explicit value equal to it is stored as "auto" (one form per kernel), and "auto" is
+# left out of the key, so the sm_90a default kernels keep their keys and sources.
+RHT_MMAS = ("wgmma", "mma_sync")
+RHT_MMA_DEFAULT = {"sm_90a": "wgmma", "sm_100a": "mma_sync", "sm_120a": "mma_sync"}
 # TilePlan.walk_band value for token-fastest walks over whole groups; equals
 # cutequant.kernels.schedule.WHOLE_GROUP (a band wider than any group's row tiles).
 WHOLE_GROUP_BAND = 1 << 26
@@ -121,7 +128,7 @@ class KernelSpec:
 
     def source_fields(self) -> dict:
         """Fields that shape the rendered source, the arch aside (``render_fields`` adds it: it
-        picks the e2m1 encoder; ``codegen.module_name`` hashes it)."""
+        picks the e2m1 encoder and the RHT instruction; ``codegen.module_name`` hashes it)."""
         out = self.fields()
         out.pop("arch")
         plan = out.pop("plan", {})
@@ -140,6 +147,36 @@ class KernelSpec:
         return f"{self.family}({', '.join(parts)})"
 
 
+class _RhtMma:
+    """The ``rht_mma`` switch (see RHT_MMAS) of the kernels with a tensor-core RHT."""
+
+    def uses_rht_mma(self) -> bool:
+        """Whether ``rht_mma`` shapes this kernel (else it stays "auto")."""
+        return True
+
+    def _normalize_rht_mma(self) -> None:
+        """Before the arch check: "auto" for the arch's own choice (or where no RHT is built)."""
+        if self.rht_mma not in ("auto", *RHT_MMAS):
+            raise ValueError(
+                f"rht_mma must be one of auto, {', '.join(RHT_MMAS)}, got {self.rht_mma!r}"
+            )
+        if not self.uses_rht_mma() or self.rht_mma == RHT_MMA_DEFAULT.get(self.arch):
+            object.__setattr__(self, "rht_mma", "auto")
+
+    def rht_mma_kind(self) -> str:
+        """The instruction this kernel's RHT uses: "wgmma" or "mma_sync"."""
+        return RHT_MMA_DEFAULT[self.arch] if self.rht_mma == "auto" else self.rht_mma
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if out["rht_mma"] == "auto":
+            del out["rht_mma"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "rht_mma": self.rht_mma_kind()}
+
+
 def _no_chunks(spec) -> None:
     """Round-robin chunks (TilePlan.chunk) are built into the cast kernels only."""
     if spec.plan.chunk != -1:
@@ -149,19 +186,25 @@ def _no_chunks(spec) -> None:
 
 
 @dataclass(frozen=True)
-class GroupAmaxSpec(KernelSpec):
+class GroupAmaxSpec(_RhtMma, KernelSpec):
     """Grouped amax, optionally of the 16x16 RHT along tokens
-    (TE's nvte_group_hadamard_transform_amax)."""
+    (TE's nvte_group_hadamard_transform_amax). ``rht_mma``: the RHT's instruction (RHT_MMAS;
+    without the RHT it stays "auto")."""
 
     template: ClassVar[str] = "group_amax.py.j2"
     family: ClassVar[str] = "group_amax"
     ARCHS: ClassVar[tuple[str, ...]] = PERSISTENT_ARCHS
-    RHT_ARCHS: ClassVar[tuple[str, ...]] = HOPPER_ARCHS  # the RHT is a wgmma
+    RHT_ARCHS: ClassVar[tuple[str, ...]] = PERSISTENT_ARCHS  # wgmma on sm_90a, else mma.sync
     rht: bool = True
     in_dtype: str = "bf16"
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
+    rht_mma: str = "auto"
+
+    def uses_rht_mma(self) -> bool:
+        return self.rht
 
     def __post_init__(self):
+        self._normalize_rht_mma()
         super().__post_init__()
         _no_chunks(self)
         if self.in_dtype not in IN_DTYPES:
@@ -170,9 +213,13 @@ class GroupAmaxSpec(KernelSpec):
             raise ValueError("the RHT amax is defined for bf16 input only")
 
     def supported_archs(self) -> tuple[str, ...]:
-        return self.RHT_ARCHS if self.rht else type(self).ARCHS
+        if not self.rht:
+            return type(self).ARCHS
+        return HOPPER_ARCHS if self.rht_mma == "wgmma" else self.RHT_ARCHS
 
     def variant_name(self) -> str:
+        if self.rht_mma == "wgmma":
+            return "group_amax with rht=true and rht_mma=wgmma"
         return "group_amax with rht=true" if self.rht else self.family
 
 
@@ -199,12 +246,16 @@ class _CastWalk:
 
 
 @dataclass(frozen=True)
-class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
-    """Grouped NVFP4 quantize: rowwise (raw x) and/or columnwise (RHT(x^T) or x^T) from one read."""
+class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
+    """Grouped NVFP4 quantize: rowwise (raw x) and/or columnwise (RHT(x^T) or x^T) from one read.
+    ``rht_mma``: the RHT's instruction (RHT_MMAS); it applies without the RHT too: the wgmma
+    kernels build their (then unused) wgmma operands in every variant, the mma.sync ones none."""
 
     template: ClassVar[str] = "nvfp4_quantize.py.j2"
     family: ClassVar[str] = "nvfp4_quantize"
-    ARCHS: ClassVar[tuple[str, ...]] = HOPPER_ARCHS  # builds its wgmma RHT in every variant
+    # a persistent kernel (>= 115 KB of shared memory per CTA; 140-165 KB with its restaging
+    # buffers): not on sm_120a
+    ARCHS: ClassVar[tuple[str, ...]] = PERSISTENT_ARCHS
     rowwise: bool = True
     columnwise: bool = True
     rht: bool = True
@@ -212,6 +263,7 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
     fast_math: bool = False
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
+    rht_mma: str = "auto"
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
@@ -226,7 +278,14 @@ class Nvfp4QuantizeSpec(_CastWalk, KernelSpec):
     def render_fields(self) -> dict:
         return {**super().render_fields(), "chunk": self.round_robin_chunk()}
 
+    def supported_archs(self) -> tuple[str, ...]:
+        return HOPPER_ARCHS if self.rht_mma == "wgmma" else type(self).ARCHS
+
+    def variant_name(self) -> str:
+        return f"{self.family} with rht_mma=wgmma" if self.rht_mma == "wgmma" else self.family
+
     def __post_init__(self):
+        self._normalize_rht_mma()
         super().__post_init__()
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import torch
 
@@ -38,6 +39,19 @@ def _arch_of(index: int) -> str:
 
 def device_arch(device: torch.device) -> str:
     return _arch_of(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
+def rht_mma() -> str:
+    """The tensor-core instruction of the columnwise RHT the runtime asks for (spec field
+    ``rht_mma``): "auto" (the arch's own: wgmma on sm_90a, mma.sync on sm_100a) unless
+    ``CUTEQUANT_RHT_MMA`` says "mma_sync" (the Blackwell path, on Hopper too: how the GPU tests
+    prove it bit-exact there) or "wgmma". Read once per process; every spec the runtime builds
+    carries it, so kernels of the two never share a cache entry."""
+    value = os.environ.get("CUTEQUANT_RHT_MMA", "").strip().lower() or "auto"
+    if value not in ("auto", "wgmma", "mma_sync"):
+        raise ValueError(f"CUTEQUANT_RHT_MMA must be auto, wgmma or mma_sync, got {value!r}")
+    return value
 
 
 @functools.cache

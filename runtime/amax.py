@@ -49,7 +49,8 @@ def check_group_amax(x, splits, rht, sign_mask):
     num_groups = _num_groups(splits)
     host = groups.check_splits(splits, m_rows)
     arch = _checks.check_device(x)
-    _spec(arch, rht, IN_DTYPES[x.dtype])  # UnsupportedArchError before any allocation or launch
+    # UnsupportedArchError before any allocation or launch
+    _spec(arch, rht, IN_DTYPES[x.dtype], rht_mma=_launch.rht_mma())
     return m_rows, num_groups, splits if host is None else host, arch
 
 
@@ -85,13 +86,16 @@ def new_amax(rows: int, num_groups: int, m_rows: int, device: torch.device) -> t
 
 
 @functools.cache
-def _spec(arch: str, rht: bool, in_dtype: str, walk_band: int = 0) -> GroupAmaxSpec:
+def _spec(
+    arch: str, rht: bool, in_dtype: str, walk_band: int = 0, rht_mma: str = "auto"
+) -> GroupAmaxSpec:
     plan = GroupAmaxSpec().plan
     return GroupAmaxSpec(
         arch=arch,
         rht=rht,
         in_dtype=in_dtype,
         plan=dataclasses.replace(plan, walk_band=walk_band),
+        rht_mma=rht_mma,
     )
 
 
@@ -143,10 +147,11 @@ def launch_group_amax(
     dev = x.device
     if stream is None:
         stream = _launch.raw_stream(dev)
-    key = (dev.index, stream, arch, rht, in_dtype, cast_walk_band)
+    rht_mma = _launch.rht_mma()
+    key = (dev.index, stream, arch, rht, in_dtype, cast_walk_band, rht_mma)
     hit = _LAUNCH_FACTS.get(key)
     if hit is None:  # spec, grid, the stream's launch counter, L2-resident tiles: fixed per key
-        spec = _spec(arch, rht, in_dtype, cast_walk_band or 0)
+        spec = _spec(arch, rht, in_dtype, cast_walk_band or 0, rht_mma)
         num_ctas = _launch.grid_size(spec, dev)
         counter = groups.launch_counter(dev, stream, num_ctas)
         resident = l2_resident(dev, num_ctas) if cast_walk_band is not None else 0
@@ -169,6 +174,7 @@ def launch_group_amax(
     )
 
 
-# (device, stream, arch, rht, dtype, band) -> (spec, grid, launch counter address, resident);
-# the counters live as long as the process (groups._COUNTERS), so their addresses stay valid
+# (device, stream, arch, rht, dtype, band, rht_mma) -> (spec, grid, launch counter address,
+# resident); the counters live as long as the process (groups._COUNTERS), so their addresses
+# stay valid
 _LAUNCH_FACTS: dict = {}

@@ -485,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--arch",
         default=S.ARCHS[0],
         choices=S.ARCHS,
-        help="target arch: picks the e2m1 encoder (default %(default)s)",
+        help="target arch: picks the e2m1 encoder and the RHT instruction (default %(default)s)",
     )
     show.add_argument(
         "options",

@@ -119,8 +119,9 @@ def device_chunk(
 
 @functools.cache
 def _spec(
-    arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1
-) -> Nvfp4QuantizeSpec:
+    arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
+    rht_mma: str = "auto",
+) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
         rowwise=rowwise,
@@ -129,6 +130,7 @@ def _spec(
         swizzled=swizzled,
         fast_math=fast_math,
         stochastic=stochastic,
+        rht_mma=rht_mma,
     )
     if chunk == -1:
         return spec
@@ -315,6 +317,7 @@ def check_quantize(
         swizzled_scales,
         fast_math,
         stochastic_rounding,
+        rht_mma=_launch.rht_mma(),
     )
     return m_rows, n_cols, num_groups, splits if host is None else host, amax, rng_state, arch
 
@@ -324,11 +327,14 @@ _SPECS: dict = {}
 
 def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic):
     """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
-    key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic)
+    rht_mma = _launch.rht_mma()
+    key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, rht_mma)
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
-        spec = _spec(arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk)
+        spec = _spec(
+            arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma
+        )
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit
 

@@ -49,6 +49,22 @@ def cache_root(tmp_path, monkeypatch):
     jit.clear_memory_cache()
 
 
+@pytest.fixture(params=["auto", "mma_sync"], ids=["rht_auto", "rht_mma_sync"])
+def rht_mma(request, monkeypatch):
+    """The runtime's RHT instruction (``_launch.rht_mma``, normally CUTEQUANT_RHT_MMA): the
+    arch's own ("auto": wgmma on sm_90a) and mma.sync (kernels/warp_rht.py, the sm_100a path),
+    so that one set of bit-exact GPU tests proves both on Hopper. The choice is in every spec
+    key: no cache mixes the two. A test parametrized with rht=False runs no RHT: the mma.sync
+    copy is skipped (the amax kernel is then the same either way)."""
+    from cutequant import _launch
+
+    callspec = getattr(request.node, "callspec", None)
+    if request.param == "mma_sync" and callspec is not None and callspec.params.get("rht") is False:
+        pytest.skip("rht=False: no RHT instruction")
+    monkeypatch.setattr(_launch, "rht_mma", lambda: request.param)
+    return request.param
+
+
 @pytest.fixture
 def rng():
     """A fresh, logged seed per test: failures are reproducible, inputs differ per run."""

@@ -286,8 +286,16 @@ def test_arch_aware_list_show_and_precompile(capsys, tmp_path):
     assert rc == 0 and "dev.e2m1x8_cvt(" in out
     rc, out, _ = run_cli(capsys, "show-kernel", "fake_quant_rows")
     assert rc == 0 and "dev.e2m1x8(" in out and "e2m1x8_cvt" not in out
-    rc, out, err = run_cli(capsys, "show-kernel", "--arch", "sm_100a", "nvfp4_quantize")
-    assert rc == 2 and "nvfp4_quantize is not available on sm_100a" in err
+    rc, out, _ = run_cli(capsys, "show-kernel", "--arch", "sm_100a", "nvfp4_quantize")
+    assert rc == 0 and "warp_rht.rht_block(" in out and "dev.e2m1x8_cvt(" in out
+    rc, out, _ = run_cli(capsys, "show-kernel", "nvfp4_quantize", "rht_mma=mma_sync")
+    assert rc == 0 and "warp_rht.rht_block(" in out and "dev.e2m1x8(" in out
+    rc, out, err = run_cli(
+        capsys, "show-kernel", "--arch", "sm_100a", "nvfp4_quantize", "rht_mma=wgmma"
+    )
+    assert rc == 2 and "nvfp4_quantize with rht_mma=wgmma is not available on sm_100a" in err
+    rc, out, err = run_cli(capsys, "show-kernel", "--arch", "sm_120a", "nvfp4_quantize")
+    assert rc == 2 and "nvfp4_quantize is not available on sm_120a" in err
     rc, out, err = run_cli(
         capsys, "precompile", "--arch", "sm_120a", "--family", "fp8_quantize",
         "--cache-dir", str(tmp_path), "--no-progress",

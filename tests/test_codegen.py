@@ -75,6 +75,8 @@ def _perturbations(spec):
             candidates = [d for d in S.FP8_DTYPES if d != value]
         elif f.name == "plan":
             candidates = [dataclasses.replace(value, stages=value.stages + 1)]
+        elif f.name == "rht_mma":  # "wgmma" is sm_90a's "auto": the same spec
+            candidates = [m for m in ("auto", "mma_sync") if m != value]
         else:
             raise AssertionError(f"no perturbation rule for field {f.name}")
         for c in candidates:

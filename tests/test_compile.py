@@ -1,7 +1,9 @@
 """CPU: every kernel variant compiles, for every arch it exists on (``cli.all_specs(arch)``),
 without a GPU into one TVM-FFI kernel whose exported object carries a cubin of that arch;
 compiles are counted. sm_90a is tested on hardware; sm_100a / sm_120a are compile-checked only
-(README, Hardware)."""
+(README, Hardware). The RHT's instruction (spec field ``rht_mma``) is checked in the PTX: wgmma
+on sm_90a by default, mma.sync m16n8k16 on sm_100a and in the sm_90a mma.sync variants the GPU
+tests run (``CUTEQUANT_RHT_MMA=mma_sync``)."""
 
 import dataclasses
 
@@ -64,16 +66,61 @@ def test_compiles_without_pdl(spec, tmp_path):
 
 
 def test_every_family_on_hopper_and_the_blackwell_families():
-    """sm_90a has every family; sm_100a everything but the wgmma-RHT kernels; sm_120a (99 KB of
-    shared memory per CTA) neither the persistent kernels."""
+    """sm_90a and sm_100a have every family (the RHT kernels with mma.sync on sm_100a); sm_120a
+    (99 KB of shared memory per CTA) not the persistent kernels."""
     families = {s.family for s in ALL}
     assert families == set(cli.FAMILIES)
     blackwell = {
-        "sm_100a": families - {"nvfp4_quantize"},
+        "sm_100a": families,
         "sm_120a": families - {"nvfp4_quantize", "group_amax", "fp8_quantize"},
     }
     for arch, expected in blackwell.items():
         specs = cli.all_specs(arch)
         assert {s.family for s in specs} == expected
-        assert not any(s.family == "group_amax" and s.rht for s in specs)
         assert all(s.arch == arch for s in specs)
+
+    def rht_kernels(arch):  # nvfp4_quantize (43 variants) and the RHT amax (1)
+        rht_families = ("nvfp4_quantize", "group_amax")
+        return [s for s in cli.all_specs(arch) if s.family in rht_families and s.uses_rht_mma()]
+
+    assert [s.rht_mma_kind() for s in rht_kernels("sm_90a")] == ["wgmma"] * 44
+    assert [s.rht_mma_kind() for s in rht_kernels("sm_100a")] == ["mma_sync"] * 44
+
+
+# The sm_90a mma.sync variants the GPU tests run (CUTEQUANT_RHT_MMA=mma_sync): one per branch of
+# the templates (restaging bf16 / fp32, SR, compact / swizzled, round-robin chunks, no RHT),
+# checked in the PTX; the rest differ from sm_100a's (compiled above) by the e2m1 encoder only.
+_CHUNKED = S.TilePlan(chunk=S.Nvfp4QuantizeSpec.MEMORY_BOUND_CHUNK)
+MMA_SYNC_ON_HOPPER = [
+    S.Nvfp4QuantizeSpec(rht_mma="mma_sync"),
+    S.Nvfp4QuantizeSpec(
+        rht_mma="mma_sync", rowwise=False, swizzled=True, fast_math=True, stochastic=True
+    ),
+    S.Nvfp4QuantizeSpec(rht_mma="mma_sync", plan=_CHUNKED),
+    S.Nvfp4QuantizeSpec(rht_mma="mma_sync", rowwise=False, rht=False, swizzled=True),
+    S.GroupAmaxSpec(rht_mma="mma_sync"),
+]
+MMA_SYNC = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+LDMATRIX = "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [*MMA_SYNC_ON_HOPPER, S.Nvfp4QuantizeSpec(), S.Nvfp4QuantizeSpec(arch="sm_100a")],
+    ids=lambda s: f"{s.arch}-{s.describe()}",
+)
+def test_rht_instruction_in_the_ptx(spec, tmp_path):
+    compiled = jit.compile_spec(spec, f"--keep-ptx --dump-dir={tmp_path}")
+    _check_compiled(compiled, tmp_path, spec.arch)
+    ptx = compiled.artifacts.PTX
+    assert f".target {spec.arch}" in ptx
+    if not spec.rht:
+        assert MMA_SYNC not in ptx and LDMATRIX not in ptx and "wgmma" not in ptx
+    elif spec.rht_mma_kind() == "wgmma":
+        assert "wgmma.mma_async" in ptx and MMA_SYNC not in ptx
+    else:
+        # one ldmatrix.x4 per 16-token block feeds two MMAs (n = 0..7, 8..15), whose C is -0.0
+        # (D = A B + (-0) = A B, as wgmma without C)
+        assert "wgmma" not in ptx
+        assert ptx.count(MMA_SYNC) == 2 * ptx.count(LDMATRIX) > 0
+        assert "0f80000000" in ptx

@@ -1,4 +1,6 @@
-"""GPU: grouped (RHT) amax kernel, bit-exact against cutequant.reference on fresh data."""
+"""GPU: grouped (RHT) amax kernel, bit-exact against cutequant.reference on fresh data. Every
+test runs with the arch's RHT instruction (wgmma on sm_90a) and with mma.sync (conftest
+``rht_mma``; tests parametrized rht=False once)."""
 
 import pytest
 import torch
@@ -7,7 +9,7 @@ import cutequant
 from cutequant import jit, reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma")]
 
 CASES = [
     # (N, groups, zero-token groups at, rows or None)
@@ -158,6 +160,7 @@ def test_l2_handoff_shifted_walk_covers_every_tile(rht, band, resident, rng, mon
     from cutequant.codegen.specs import WHOLE_GROUP_BAND
 
     monkeypatch.setattr(amax, "l2_resident", lambda *args: resident)
+    monkeypatch.setattr(amax, "_LAUNCH_FACTS", {})  # cached residents of earlier tests
     walk_band = WHOLE_GROUP_BAND if band == "whole_group" else band
     for n_cols, n_groups, rows, zero_at in (
         (1024, 1, 4096, ()),

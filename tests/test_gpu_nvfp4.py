@@ -1,4 +1,6 @@
-"""GPU: grouped NVFP4 quantize, every byte against cutequant.reference (bit-exact)."""
+"""GPU: grouped NVFP4 quantize, every byte against cutequant.reference (bit-exact). Every test
+runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
+mma.sync (the sm_100a kernels' RHT), the amax pass included."""
 
 import itertools
 
@@ -9,7 +11,7 @@ import cutequant
 from cutequant import reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits, rcp_approx_ftz
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma")]
 
 VARIANTS = [
     dict(rowwise=r, columnwise=c, rht=h, swizzled_scales=s, fast_math=f)
@@ -120,6 +122,20 @@ def test_extremes(rng):
     check_quantize(zeros, [128, 128])
 
 
+@pytest.mark.parametrize("sign_mask", [0xFFFF, 0x0000, 0xD7E8])
+def test_signed_zero_blocks(sign_mask, rng):
+    """Zero blocks: with every sign flipped (0xFFFF) the 16 products of a +0 block's token-0
+    output are all -0, as with no flip (0x0000) for a -0 block; their sum is -0 (code 8) in
+    the reference's tensor-core matmul iff the hardware keeps the sign. The mma.sync RHT adds
+    C = -0.0 to stay the plain sum (kernels/warp_rht.py). Other tokens mix signs: +0. (Fast
+    math: 0 * rcp.approx(0) is NaN, code 7, either sign; that call covers the amax pass.)"""
+    zeros = torch.zeros(64, 48, dtype=torch.bfloat16, device="cuda")
+    x = torch.cat([zeros, -zeros, grouped_input([64], 48, rng)])
+    amax = torch.ones(2, 3, device="cuda")
+    check_quantize(x, [64, 64, 64], amax=amax, sign_mask=sign_mask, rowwise=False)
+    check_quantize(x, [64, 64, 64], sign_mask=sign_mask, fast_math=True)
+
+
 def test_ties_and_special_values(rng):
     """Values exactly on e2m1 midpoints: amax 10.5 gives S_enc = 256 (a power of two), so a
     block with max 6 gets sf = 256, sf * S_dec = 1 and enc = 1: the ties survive scaling."""
@@ -170,6 +186,7 @@ def test_walk_bands(band, monkeypatch, rng):
     from cutequant.testing import with_plan
 
     monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, walk_band=band))
+    monkeypatch.setattr(nvfp4, "_SPECS", {})  # (spec, grid) of earlier tests: not this plan
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
@@ -186,6 +203,7 @@ def test_round_robin_chunks(chunk, ctas, monkeypatch, rng):
 
     monkeypatch.setattr(nvfp4, "_spec", with_plan(nvfp4._spec, chunk=chunk))
     monkeypatch.setattr(_launch, "grid_size", lambda spec, device: ctas)
+    monkeypatch.setattr(nvfp4, "_SPECS", {})  # (spec, grid) of earlier tests: not this plan
     splits = [0, 1008, 64, 0, 448, 16, 2000]
     x = grouped_input(splits, 528, rng)
     check_quantize(x, splits)
