@@ -448,6 +448,32 @@ class FakeQuantRowsSpec(KernelSpec):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
 
 
+@dataclass(frozen=True)
+class FakeQuantColsSpec(KernelSpec):
+    """Fused columnwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N] (the wgrad operands of
+    the recipe): per group, the 16-token-block columnwise quantize of RHT(x_g^T) (or x_g^T; the
+    RHT is a run-time switch, a warp-level mma.sync on every arch) dequantized in registers and
+    written transposed ([N, M_g] per group) in ``out_dtype``: the values of
+    dequantize(quantize(x)) bit for bit, no e2m1 data in memory. One CTA per 64-token x
+    ``TILE_COLS``-column tile."""
+
+    template: ClassVar[str] = "fake_quant_cols.py.j2"
+    family: ClassVar[str] = "fake_quant_cols"
+    # columns per CTA tile: 2 x 128 halves the per-tile setup (scale table, mma B fragments)
+    # per value against 128, and keeps 8 16-byte loads per thread in flight
+    TILE_COLS: ClassVar[int] = 256
+    stochastic: bool = False
+    out_dtype: str = "bf16"
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.out_dtype not in ("bf16", "f16"):
+            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+
+
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
     ask for; ``cutequant.cli.all_specs`` includes them."""
@@ -476,6 +502,7 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         )
         for stochastic in (False, True):
             out.append(FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
+            out.append(FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:

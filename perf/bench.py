@@ -301,8 +301,11 @@ def bench_nvfp4_2d(case, gen, with_amax_pass=True, swizzled=False):
 
 def bench_fake_quant(case, gen, slot):
     """NVFP4 fake-quant, bf16 out, amax pass included. ``slot``: "rows" (fused kernel: x read
-    twice, y written), "rows_sr", "columnwise" (RHT domain: amax + quantize + dequantize, the
-    e2m1 data and scales through memory), "weights_2d" (the case's shape as E experts)."""
+    twice, y written), "rows_sr", "columnwise" (RHT domain: the amax pass reads x, the fused
+    kernel reads x and writes y), "columnwise_sr", "columnwise_norht", "columnwise_kernel" (the
+    fused kernel alone with a given amax: x read once, y written), "columnwise_kernel_sr",
+    "weights_2d" (the case's shape as E experts)."""
+    import cutequant
     from cutequant import fake_quant, nvfp4_2d
 
     n_cols, splits, xs = make_inputs(case, gen)
@@ -317,15 +320,18 @@ def bench_fake_quant(case, gen, slot):
             for x in xs
         ]
         return _rotating(calls), 3 * 2 * m * n_cols
-    if slot == "columnwise":
+    if slot.startswith("columnwise"):
+        sr = slot.endswith("_sr")
+        rht = slot != "columnwise_norht"
+        given = slot.startswith("columnwise_kernel")
+        amaxes = [cutequant.group_amax(x, splits)[1] if given else None for x in xs]
         calls = [
-            lambda x=x: fake_quant.nvfp4_fake_quantize_columnwise_impl(
-                x, splits, None, True, 0xD7E8, False, None, torch.bfloat16
+            lambda x=x, a=a: fake_quant.nvfp4_fake_quantize_columnwise_impl(
+                x, splits, a, rht, 0xD7E8, sr, rng if sr else None, torch.bfloat16
             )
-            for x in xs
+            for x, a in zip(xs, amaxes, strict=True)
         ]
-        quantized = nvfp4_bytes(splits, n_cols, False, True) - 2 * m * n_cols
-        return _rotating(calls), 3 * 2 * m * n_cols + 2 * quantized
+        return _rotating(calls), (2 if given else 3) * 2 * m * n_cols
     e = len(splits)
     rows = m // e // 16 * 16
     ws = [x[: e * rows].view(e, rows, n_cols) for x in xs]
@@ -367,6 +373,10 @@ OPS = {
     "fake_quant_rows": lambda c, g: bench_fake_quant(c, g, "rows"),
     "fake_quant_rows_sr": lambda c, g: bench_fake_quant(c, g, "rows_sr"),
     "fake_quant_columnwise_rht": lambda c, g: bench_fake_quant(c, g, "columnwise"),
+    "fake_quant_columnwise_rht_sr": lambda c, g: bench_fake_quant(c, g, "columnwise_sr"),
+    "fake_quant_columnwise_no_rht": lambda c, g: bench_fake_quant(c, g, "columnwise_norht"),
+    "fake_quant_columnwise_kernel": lambda c, g: bench_fake_quant(c, g, "columnwise_kernel"),
+    "fake_quant_columnwise_kernel_sr": lambda c, g: bench_fake_quant(c, g, "columnwise_kernel_sr"),
     "fake_quant_weights_2d": lambda c, g: bench_fake_quant(c, g, "weights_2d"),
 }
 

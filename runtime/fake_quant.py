@@ -4,8 +4,8 @@ bf16 on dequantized values, and a straight-through-estimator Linear built on the
 * activations / gradients, rowwise: ``nvfp4_fake_quantize_rows_impl`` (one fused kernel after
   the grouped amax pass; gradients with stochastic rounding);
 * activations / gradients, columnwise in the RHT domain, transposed as the wgrad GEMM consumes
-  it: ``nvfp4_fake_quantize_columnwise_impl`` (the columnwise quantize kernel, then the
-  dequantize kernel's ``transposed_out`` mode: two kernels, the e2m1 data goes through memory);
+  it: ``nvfp4_fake_quantize_columnwise_impl`` (one fused kernel after the grouped amax pass:
+  the RHT on the tensor cores, quantize and dequantize in registers);
 * weights, 2D: ``nvfp4_2d.nvfp4_fake_quantize_2d_impl`` (the 2D kernel's fake-quant mode).
 
 Every result is bit-identical to dequantize(quantize(x)) (``cutequant.recipe_reference``).
@@ -16,11 +16,14 @@ autograd wrapper.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from cutequant import _checks, _launch, dequant, groups, nvfp4_2d
+from cutequant import _checks, _launch, groups, nvfp4_2d
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
-from cutequant.codegen.specs import FakeQuantRowsSpec
+from cutequant.amax import _spec as amax_spec
+from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 TILE_COLS = 128
@@ -138,36 +141,52 @@ def nvfp4_fake_quantize_columnwise_impl(
     amax_col fp32 [G]) from validated arguments: the columnwise NVFP4 quantize of each group
     (of RHT(x_g^T) with ``rht``, else of x_g^T; stochastic rounding with ``rng_state``),
     dequantized and left transposed, as the wgrad GEMM consumes it. ``amax``: the groups'
-    columnwise (post-RHT) amax to use, else computed."""
-    from cutequant.nvfp4 import nvfp4_group_quantize
+    columnwise (post-RHT) amax to use (returned as a copy), else computed by the grouped amax
+    pass. One fused kernel (``fake_quant_cols.py.j2``) after that pass: the e2m1 values never
+    reach memory."""
+    m_rows, n_cols = x.shape
+    dev = x.device
+    num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
+    arch = _launch.device_arch(dev)
+    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype])
+    stream = _launch.raw_stream(dev)
+    if amax is None:
+        amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
+        amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
+        layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
+        launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch,
+                          stream=stream)  # fmt: skip
+        amax_col = amax_buf[1]  # a view: the op returns a copy at storage offset 0
+    else:
+        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
+        amax_col = amax.clone()
+    y = _launch.output_allocator((m_rows * n_cols,), out_dtype, dev)
+    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
+    num_ctas = row_tiles * -(-n_cols // FakeQuantColsSpec.TILE_COLS)
+    if m_rows and num_ctas:
+        rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
+        _launch.run(
+            spec,
+            _launch.ptr(x),
+            _launch.ptr(amax_col, 4),
+            _launch.ptr(y),
+            layout.tables_addr(),
+            num_groups,
+            layout.row_tiles,
+            n_cols,
+            _launch.ptr(rng, 8),
+            sign_mask,
+            int(rht),
+            layout.early_level(),
+            num_ctas,
+            stream=stream,
+        )
+    return y, amax_col
 
-    given = None if amax is None else torch.stack([amax, amax])
-    q = nvfp4_group_quantize(
-        x,
-        splits,
-        rowwise=False,
-        columnwise=True,
-        rht=rht,
-        sign_mask=sign_mask,
-        amax=given,
-        stochastic_rounding=stochastic_rounding,
-        rng_state=rng_state,
-    )
-    dq_splits = splits if isinstance(splits, torch.Tensor) else tuple(int(s) for s in splits)
-    (y,) = dequant.nvfp4_group_dequantize_impl(
-        q.col_data,
-        q.col_scales,
-        q.amax_col,
-        dq_splits,
-        x.shape[1],
-        True,
-        False,
-        False,
-        sign_mask,
-        out_dtype,
-        True,
-    )
-    return y, q.amax_col  # a view of the quantize call's own amax buffer, never of ``amax``
+
+@functools.cache
+def _cols_spec(arch: str, stochastic: bool, out_dtype: str) -> FakeQuantColsSpec:
+    return FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype)
 
 
 # ------------------------------------------------------------------------------ STE Linear

@@ -24,6 +24,7 @@ def test_variant_inventory():
         "dequantize",
         "nvfp4_quantize_2d",
         "fake_quant_rows",
+        "fake_quant_cols",
     }
     assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
     # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
@@ -37,6 +38,8 @@ def test_variant_inventory():
     # 3 input dtypes x (amax pass + 3 output sets x 2 scale layouts + 2 fake-quant dtypes)
     assert sum(s.family == "nvfp4_quantize_2d" for s in ALL) == 27
     assert sum(s.family == "fake_quant_rows" for s in ALL) == 4
+    # 2 output dtypes x RN / stochastic rounding (the RHT is a run-time switch)
+    assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
 
 
 @pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())

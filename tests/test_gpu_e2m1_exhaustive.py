@@ -22,6 +22,7 @@ from cutlass import Int32, Int64, Uint32
 
 from cutequant import reference
 from cutequant.kernels import device as dev
+from cutequant.kernels import fake_quant as fq
 
 CHUNK_LOG2 = 26
 THREADS = 256
@@ -48,6 +49,27 @@ def _encode_kernel_hw(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32)
     v = [dev.bits_f32(first + Uint32(j)) for j in range(8)]
     dev.st_global_b32(new_ptr.toint() + Int64(w) * 4, dev.e2m1x8_cvt(v))
     dev.st_global_b32(old_ptr.toint() + Int64(w) * 4, dev.e2m1x8(v))
+
+
+@cute.kernel
+def _value_kernel(out_ptr: cute.Pointer, unused: cute.Pointer, base: Int32):
+    """The fake-quant rounding ``fake_quant.e2m1_rn_value`` of 8 consecutive patterns per
+    thread, as fp32 bit patterns."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    w = bidx * THREADS + tidx
+    first = Uint32(base) + Uint32(w) * Uint32(8)
+    for j in range(8):
+        v = fq.e2m1_rn_value(dev.bits_f32(first + Uint32(j)))
+        dev.st_global_b32(out_ptr.toint() + (Int64(w) * 8 + j) * 4, dev.f32_bits(v))
+
+
+@cute.jit
+def _launch_value(out_ptr: cute.Pointer, unused: cute.Pointer, base: Int32, stream: cuda.CUstream):
+    words = (1 << CHUNK_LOG2) // 8
+    _value_kernel(out_ptr, unused, base).launch(
+        grid=[words // THREADS, 1, 1], block=[THREADS, 1, 1], stream=stream
+    )
 
 
 @cute.jit
@@ -78,6 +100,11 @@ def _compile(*options: str, launcher=_launch):
 def test_exhaustive_kernel_compiles(arch):
     """CPU: the test kernel (both software encoders) builds for every arch."""
     assert _compile(f"--gpu-arch {arch}") is not None
+
+
+def test_value_kernel_compiles():
+    """CPU: the fake-quant rounding's test kernel builds (its rounding is arch-neutral)."""
+    assert _compile("--gpu-arch sm_90a", launcher=_launch_value) is not None
 
 
 @pytest.mark.parametrize("arch", ["sm_100a", "sm_120a"])
@@ -158,3 +185,34 @@ def test_hardware_encoder_all_fp32_patterns():
         )
         bad += int((hw != sw).sum())
     assert bad == 0, f"{bad} words differ between the hardware cvt and the software encoder"
+
+
+@pytest.mark.gpu
+def test_fake_quant_rounding_all_fp32_patterns():
+    """``fake_quant.e2m1_rn_value`` (the fused columnwise fake-quant's RN rounding) on every
+    fp32 pattern == ``e2m1_decode(e2m1_encode(v))`` of the reference (a NaN with the sign bit
+    set: -6, the sign from bit 31, as the encoders; x * enc never is one)."""
+    compiled = _compile(launcher=_launch_value)
+    n = 1 << CHUNK_LOG2
+    out = torch.empty(n, dtype=torch.int32, device="cuda")
+    gmem = cute.AddressSpace.gmem
+    mk = cute.runtime.make_ptr
+    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
+    idx = torch.arange(n, dtype=torch.int64, device="cuda")
+    bad = 0
+    first_bad = None
+    for chunk in range(1 << (32 - CHUNK_LOG2)):
+        base = chunk << CHUNK_LOG2
+        ptr = mk(cutlass.Uint32, out.data_ptr(), gmem, assumed_align=4)
+        compiled(ptr, ptr, Int32(base - (1 << 32) if base >= 1 << 31 else base), stream)
+        pattern = idx + base
+        bits = torch.where(pattern >= 1 << 31, pattern - (1 << 32), pattern).to(torch.int32)
+        v = bits.view(torch.float32)
+        want = reference.e2m1_decode(reference.e2m1_encode(v))
+        want = torch.where(torch.isnan(v) & (bits < 0), torch.full_like(want, -6.0), want)
+        wrong = (out != want.view(torch.int32)).nonzero()
+        bad += len(wrong)
+        if first_bad is None and len(wrong):
+            i = int(wrong[0])
+            first_bad = f"pattern {int(bits[i]) & 0xFFFFFFFF:#010x}: {int(out[i]):#x}"
+    assert bad == 0, f"{bad} values differ from decode(encode(v)); first {first_bad}"

@@ -112,6 +112,122 @@ def test_columnwise(rht, stochastic, device, rng):
     assert_same_bits(y, want, "fake columnwise")
 
 
+def _two_kernel_columnwise(x, splits, amax_col, rht, sign_mask, rng_state, out_dtype):
+    """The columnwise fake-quant as it was before the fused kernel: the columnwise quantize
+    kernel, then the dequantize kernel's transposed_out mode (e2m1 data through memory)."""
+    q = cutequant.nvfp4_group_quantize(
+        x, splits, rowwise=False, rht=rht, sign_mask=sign_mask,
+        amax=torch.stack([amax_col, amax_col]), stochastic_rounding=rng_state is not None,
+        rng_state=rng_state,
+    )  # fmt: skip
+    dq_splits = splits if isinstance(splits, torch.Tensor) else tuple(splits)
+    (y,) = dequant.nvfp4_group_dequantize_impl(
+        q.col_data, q.col_scales, q.amax_col, dq_splits, x.shape[1], True, False, False,
+        sign_mask, out_dtype, True,
+    )  # fmt: skip
+    return y
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
+@pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
+def test_columnwise_fused_equals_quantize_then_dequantize(rht, stochastic, out_dtype, rng):
+    """The fused kernel against the two kernels it replaced, and against the reference: N = 400
+    (a partial 256-column tile, a 16-column piece), groups of 16..1000 rows (partial 64-row
+    tiles), zero-token groups; sign mask 0xD7E8 and, with the RHT, 0 (all-positive column 0)."""
+    splits = [48, 0, 1008, 16, 272, 0, 64, 528]
+    x = grouped_input(splits, 400, rng)
+    rng_state = _rng_state(rng) if stochastic else None
+    for mask in (0xD7E8, 0) if rht else (0xD7E8,):
+        with poisoned_outputs():
+            y, amax = fake_quant.nvfp4_fake_quantize_columnwise_impl(
+                x, tuple(splits), None, rht, mask, stochastic, rng_state, out_dtype
+            )
+        want_amax = reference.group_amax(x, splits, rht=rht, sign_mask=mask)[1]
+        assert_same_bits(amax, want_amax, "amax_col")
+        old = _two_kernel_columnwise(x, splits, want_amax, rht, mask, rng_state, out_dtype)
+        assert_same_bits(y, old, f"fused vs quantize + dequantize, mask {mask:#x}")
+        want = recipe_reference.nvfp4_fake_quantize_columnwise(
+            x, splits, want_amax, rht=rht, sign_mask=mask, rng_state=rng_state, out_dtype=out_dtype
+        )
+        assert_same_bits(y, want, f"fused vs reference, mask {mask:#x}")
+
+
+@pytest.mark.parametrize("case", ["one-group", "300-groups", "given-amax", "device-300"])
+def test_columnwise_groups_and_given_amax(case, rng):
+    if case == "one-group":
+        splits = [2048]
+    else:
+        splits = random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48)
+    x = grouped_input(splits, 256, rng)
+    amax = None
+    if case == "given-amax":
+        amax = torch.rand(len(splits), generator=rng).cuda() * 100
+    arg = torch.tensor(splits, device="cuda") if case == "device-300" else tuple(splits)
+    with poisoned_outputs():
+        y, a = fake_quant.nvfp4_fake_quantize_columnwise_impl(
+            x, arg, amax, True, 0xD7E8, False, None, torch.bfloat16
+        )
+    want_amax = reference.group_amax(x, splits)[1] if amax is None else amax
+    assert_same_bits(a, want_amax, "amax")
+    want = recipe_reference.nvfp4_fake_quantize_columnwise(x, splits, want_amax)
+    assert_same_bits(y, want, case)
+
+
+@pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
+@pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
+def test_columnwise_extremes(rht, stochastic, rng):
+    """All-zero groups, +-bf16 max (saturated scales), NaN / inf entries (the NaN and inf
+    groups' amax is NaN / inf), tiny values (scale 0), and a given amax below the data's (values
+    saturate at 6)."""
+    splits = [64, 0, 64, 64, 32, 48]
+    x = torch.zeros(272, 256, dtype=torch.bfloat16, device="cuda")
+    big = torch.finfo(torch.bfloat16).max
+    x[64:128] = big
+    x[64:128:2] *= -1
+    x[128:192] = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
+    x[130, 17] = float("nan")
+    x[140, 100] = float("inf")
+    x[192:224] = torch.randn(32, 256, device="cuda").to(torch.bfloat16)
+    x[200, 3] = -float("inf")
+    x[224:272] = (torch.randn(48, 256, device="cuda") * 1e-30).to(torch.bfloat16)
+    rng_state = _rng_state(rng) if stochastic else None
+    for amax in (None, torch.full((6,), 0.01, device="cuda")):
+        y, a = fake_quant.nvfp4_fake_quantize_columnwise_impl(
+            x, tuple(splits), amax, rht, 0xD7E8, stochastic, rng_state, torch.bfloat16
+        )
+        if amax is None:
+            assert_same_bits(a, reference.group_amax(x, splits, rht=rht)[1], "amax")
+        want = recipe_reference.nvfp4_fake_quantize_columnwise(
+            x, splits, a, rht=rht, rng_state=rng_state
+        )
+        assert_same_bits(y, want, f"extremes, given amax {amax is not None}")
+
+
+def test_columnwise_is_one_launch_after_the_amax_pass(rng):
+    """A given amax: one kernel; none: the amax pass and the fused kernel (was three)."""
+    splits = [128, 64, 192]
+    x = grouped_input(splits, 512, rng)
+    amax = torch.ones(3, device="cuda")
+    for given, launches in ((amax, 1), (None, 2)):
+        fake_quant.nvfp4_fake_quantize_columnwise_impl(  # compile / load outside the profile
+            x, tuple(splits), given, True, 0xD7E8, False, None, torch.bfloat16
+        )
+        torch.cuda.synchronize()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fake_quant.nvfp4_fake_quantize_columnwise_impl(
+                x, tuple(splits), given, True, 0xD7E8, False, None, torch.bfloat16
+            )
+            torch.cuda.synchronize()
+        assert cutequant_kernels(prof) == launches
+
+
+def cutequant_kernels(prof) -> int:
+    """Kernels a profile saw, less torch's copies (the clone of a given amax) and memcpys."""
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len([n for n in names if not any(w in n.lower() for w in ("copy", "memset"))])
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
 def test_weights_2d(listed, dtype, rng):

@@ -1,0 +1,211 @@
+"""Device helpers of the fused columnwise NVFP4 fake-quant (``fake_quant_cols.py.j2``).
+
+The kernel stages a 64-token tile of x in shared memory and reads each 16-token block of 16
+hidden columns with one ``ldmatrix.x4.trans``; with the RHT it multiplies the block by the RHT
+matrix on the tensor cores with two warp-level ``mma.sync.m16n8k16`` (bf16 in, fp32
+accumulators: every arch from sm_80 on has them, unlike wgmma). Fragment layout (lane =
+4 gq + q): every lane ends up holding tokens 4q .. 4q + 3 of one block for hidden columns gq and
+gq + 8, so a block's 16 values lie in the four lanes of a quad (amax: two shuffles).
+
+* ldmatrix: lane l gives the address of row r = l % 8 of 8x8 matrix i = l // 8; with ``.trans``
+  lane (gq, q) receives rows 2q, 2q + 1 of column gq of each matrix. Matrix i holds the hidden
+  columns 8 (i & 1) .. + 7 and the tokens ``ldmatrix_token(i, r)``: rows 2q, 2q + 1 are tokens
+  4q + 2 (i >> 1) + {0, 1}, so registers (r0, r2) are tokens 4q .. 4q + 3 of column gq and
+  (r1, r3) of column gq + 8. Without the RHT those are the values.
+* mma (A row-major 16x16, B col-major 16x8): (r0, r1, r2, r3) are A's a0a1, a2a3, a4a5, a6a7,
+  i.e. A[m][k] = x[token a_token(k)][column m]; B's rows follow the same token order and its
+  columns pick output tokens (``b_indices``), so mma h yields tokens 4q + 2h, + 1 of columns gq
+  (d0, d1) and gq + 8 (d2, d3). A product of permuted operands is the same set of 16-term dot
+  products, so the values are the tensor-core RHT of ``cutequant.reference`` bit for bit.
+
+The shared tile's 16-byte chunks are XOR-swizzled by ``chunk_key(token)``, which equals the
+ldmatrix row r of the token: the 8 rows of every matrix land on 8 distinct 16-byte bank groups
+(conflict-free), and a quarter-warp's 16-byte stores of one token row stay a permutation.
+
+Rounding helpers: fake-quant needs the e2m1 *value*, not its code, so the quantize-dequantize
+pair ``decode(e2m1(s))`` is done directly in fp32 (tests/test_e2m1_value.py checks the RN one
+on every fp32 input, tests/test_gpu_e2m1_exhaustive.py on the device).
+"""
+
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Uint32
+from cutlass._mlir.dialects import llvm
+from cutlass.cutlass_dsl import T, dsl_user_op
+
+from cutequant.kernels import device as dev
+
+RHT_MAGIC = 4194304.0  # 2^22: p * 2^22 has the ulp of the e2m1 step of [p, 2p) (p = 1, 2, 4)
+SR_GRID_SCALE = 2.0**-126
+SR_GRID_UNSCALE = 2.0**126
+BF16_QUARTER = 0x3E80  # bf16 0.25: every RHT matrix entry is +-0.25
+
+
+# ------------------------------------------------------------------------------ index maps
+# Plain integer arithmetic: the kernel calls these on Int32 values, the CPU test
+# (tests/test_fake_quant_cols_layout.py) on Python ints, and emulates the fragments with them.
+
+
+def ldmatrix_token(i, r):
+    """Token (within the 16-token block) of row r of ldmatrix matrix i: matrices 0, 1 hold
+    tokens 4 (r >> 1) + (r & 1), matrices 2, 3 the same + 2."""
+    return 4 * (r >> 1) + 2 * (i >> 1) + (r & 1)
+
+
+def chunk_key(token):
+    """The XOR key of a token row's 16-byte chunks in the shared tile: bits (3, 2, 0) of the
+    token. It equals r for the token of ``ldmatrix_token(i, r)``."""
+    return ((token >> 1) & 6) | (token & 1)
+
+
+def a_token(k):
+    """The token that A's column k holds (the k order of ``(r0, r1, r2, r3)``)."""
+    return 4 * ((k & 7) >> 1) + 2 * (k >> 3) + (k & 1)
+
+
+def b_indices(lane, h, reg):
+    """((i0, i1), j): B register ``reg`` (0: b0b1, 1: b2b3) of lane ``lane`` in mma ``h`` holds
+    R[i0][j] (low half) and R[i1][j] (high half): B rows k = 2q + 8 reg + {0, 1} (tokens
+    ``a_token``), column n = lane // 4 holding output token 4 (n >> 1) + 2h + (n & 1)."""
+    q = lane & 3
+    n = lane >> 2
+    k = 2 * q + 8 * reg
+    return (a_token(k), a_token(k + 1)), 4 * (n >> 1) + 2 * h + (n & 1)
+
+
+# ------------------------------------------------------------------------------ instructions
+
+
+@dsl_user_op
+def ldmatrix_x4_trans(addr: Int32, *, loc=None, ip=None) -> list:
+    """``ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: four 8x8 b16 matrices, transposed.
+    Volatile, so that it stays after the barrier that published the tile."""
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.i32()] * 4),
+        [Int32(addr).ir_value(loc=loc, ip=ip)],
+        "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {$0, $1, $2, $3}, [$4];",
+        "=r,=r,=r,=r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+    return [Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+@dsl_user_op
+def mma_bf16_16816(a: list, b: list, *, loc=None, ip=None) -> list:
+    """D = A B + 0 of ``mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32`` (fp32
+    accumulators, C = +0). Volatile: a warp-synchronous instruction must not be moved into
+    divergent code."""
+    args = [Uint32(v).ir_value(loc=loc, ip=ip) for v in (*a, *b)]
+    args.append(Float32(0.0).ir_value(loc=loc, ip=ip))
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        args,
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {$0, $1, $2, $3}, "
+        "{$4, $5, $6, $7}, {$8, $9}, {$10, $10, $10, $10};",
+        "=f,=f,=f,=f,r,r,r,r,r,r,f",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
+
+
+def rht_b_word(sign_mask: Int32, lane: Int32, h: Int32, reg: Int32) -> Uint32:
+    """B register ``reg`` of ``lane`` in mma ``h``: two bf16 +-0.25 entries of the RHT matrix
+    R[i][j] = s_i (-1)^popc(i & j) / 4 (``device.rht_entry``), R[i0][j] in the low half."""
+    (i0, i1), j = b_indices(lane, h, reg)
+    word = Uint32(BF16_QUARTER | (BF16_QUARTER << 16))
+    for half, i in enumerate((i0, i1)):
+        parity = cute.arch.popc(Uint32(i & j)) + Uint32((sign_mask >> i) & 1)
+        word = word | ((parity & Uint32(1)) << Uint32(15 + 16 * half))
+    return word
+
+
+@cute.jit
+def load_shared_v2(addr: Int32) -> list:
+    """Two 32-bit words from 8-byte-aligned shared address ``addr`` (one LDS.64)."""
+    v = cute.make_tensor(
+        cute.make_ptr(Uint32, addr, cute.AddressSpace.smem, assumed_align=8), cute.make_layout(2)
+    ).load()
+    return [v[0], v[1]]
+
+
+# ------------------------------------------------------------------------------ quads
+
+
+def quad_block_amax(w) -> tuple:
+    """Non-negative |max| of a 16-token block for the two hidden columns of a quad (``w[c]``:
+    column gq + 8c, two bf16x2 words = this lane's tokens 4q .. 4q + 3): bf16x2 trees, the two
+    columns packed in one word for the two butterfly shuffles. NaN propagates."""
+    m0 = dev.bf16x2_absmax(w[0][0], w[0][1])
+    m1 = dev.bf16x2_absmax(w[1][0], w[1][1])
+    m = dev.bf16x2_absmax(dev.prmt(m0, m1, 0x5410), dev.prmt(m0, m1, 0x7632))
+    for off in (1, 2):
+        m = dev.bf16x2_absmax(m, cute.arch.shuffle_sync_bfly(m, offset=off))
+    m = m & Uint32(0x7FFF7FFF)  # xorsign left the signs undefined
+    return dev.bits_f32(m << 16), dev.bits_f32(m & Uint32(0xFFFF0000))
+
+
+def quad_transpose(v: list, q, shfl_xor, select) -> list:
+    """4x4 transpose over the lanes q = 0..3 of a quad: lane q's ``v[e]`` becomes lane e's
+    ``out[q]``. Two butterfly stages (lane bits 1, then 0); in each, a lane swaps the two
+    elements whose index bit differs from its own lane bit with its partner (2 shuffles, 6
+    selects). ``shfl_xor(value, offset)`` and ``select(cond, a, b)`` are passed in so that the
+    CPU test runs the same code on Python ints."""
+    v = list(v)
+    for m in (2, 1):
+        bit = (q & m) != 0
+        # pairs (e, e ^ m) with e's bit m clear: lane bit clear sends v[e ^ m], receives v[e ^ m]
+        lows = [e for e in range(4) if not e & m]
+        new = list(v)
+        for e in lows:
+            got = shfl_xor(select(bit, v[e], v[e ^ m]), m)
+            new[e] = select(bit, got, v[e])
+            new[e ^ m] = select(bit, v[e ^ m], got)
+        v = new
+    return v
+
+
+def quad_transpose_device(v: list, q: Int32) -> list:
+    """``quad_transpose`` with the warp shuffle."""
+    return quad_transpose(
+        v,
+        q,
+        lambda x, off: cute.arch.shuffle_sync_bfly(x, offset=off),
+        lambda c, a, b: Uint32(cutlass.select_(c, a, b)),
+    )
+
+
+# ------------------------------------------------------------------------------ e2m1 values
+
+
+def _unit_scale(a: Float32) -> Float32:
+    """p = 2^floor(log2(max(a, 1))) for 0 <= a <= 6: 1 below 2 (the e2m1 step there is 0.5),
+    2 below 4 (step 1), 4 from 4 up (step 2); non-negative floats order like their bits."""
+    return dev.bits_f32(dev.max_u32(dev.f32_bits(a), Uint32(0x3F800000)) & Uint32(0x7F800000))
+
+
+def e2m1_rn_value(s: Float32) -> Float32:
+    """The e2m1 value of ``s`` (already times enc) as fp32: ``e2m1_decode(e2m1_encode(s))``
+    (RNE, ties to the even code, saturation at 6, NaN -> +6 when its sign bit is clear, -0 for
+    negative values that round to 0). a = min(|s|, 6); with p from ``_unit_scale``, a + p 2^22
+    rounded once (one fma) lands on the e2m1 step of a's binade, and subtracting p 2^22 is
+    exact; fp32 ties to even are e2m1's (the step's multiples alternate parity like the codes).
+    Six instructions (the sign included); the e2m1 code and its decode take about ten."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))  # NaN -> 6, as the hardware cvt
+    p = _unit_scale(a)
+    t = dev.fma_rn(p, Float32(RHT_MAGIC), a)
+    mag = dev.fma_rn(p, Float32(-RHT_MAGIC), t)
+    return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
+
+
+def e2m1_sr_value(s: Float32, rb: Float32) -> Float32:
+    """The stochastically rounded e2m1 value of ``s`` (``rb`` = the element's random byte /
+    512): ``stochastic.e2m1_sr_code_bits``'s floor kept in place. bits(rz(t 2^-126)) & 0xFFC00000
+    is the code shifted to bits 22-24 (a subnormal for codes 0, 1; exponent and top mantissa
+    bit above), i.e. the grid value times 2^-126, scaled back exactly."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
+    t = dev.fma_rn(rb, _unit_scale(a), a)
+    floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
+    mag = dev.bits_f32(floor) * Float32(SR_GRID_UNSCALE)
+    return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))

@@ -1,0 +1,106 @@
+"""CPU: numpy emulations of the fake-quant rounding helpers of ``kernels/fake_quant.py``, which
+round x * enc straight to the e2m1 grid value instead of encoding a code and decoding it:
+
+* ``e2m1_rn_value``: a = min(|s|, 6); p = 2^floor(log2(max(a, 1))); t = RN(a + p 2^22) (the
+  fp32 ulp there is the e2m1 step of a's binade: 0.5 below 2, 1 below 4, 2 up to 6); q = t -
+  p 2^22 (exact); the sign of s. Against ``e2m1_decode(e2m1_encode(s))`` of the reference;
+* ``e2m1_sr_value``: the stochastic floor's code bits ``bits(rz(t 2^-126)) >> 22`` (checked in
+  tests/test_e2m1_packed.py) kept in place (& 0xFFC00000) and scaled back by 2^126 are the
+  code's value.
+
+Both fmas of the RN helper are exact sums of an exactly representable product (p 2^22), so a
+float32 add in numpy is the same single rounding. CI runs the specials and nine 2^20-pattern
+chunks; all 2^32 patterns (a few minutes): ``CUTEQUANT_E2M1_FULL=1 pytest
+tests/test_e2m1_value.py -k full``. The GPU runs the real instructions over all 2^32 patterns in
+tests/test_gpu_e2m1_exhaustive.py.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+from test_e2m1_packed import special_patterns
+
+from cutequant import reference
+
+U32 = np.uint32
+MAGIC = np.float32(2.0**22)
+
+
+def rn_value(s_bits: np.ndarray) -> np.ndarray:
+    """The exact instruction sequence of ``fake_quant.e2m1_rn_value`` on fp32 bit patterns;
+    returns the result's bit patterns."""
+    s = s_bits.view(np.float32)
+    with np.errstate(invalid="ignore"):
+        a = np.fmin(np.abs(s), np.float32(6.0))  # min.f32: NaN -> 6
+    p = (np.maximum(a.view(U32), U32(0x3F800000)) & U32(0x7F800000)).view(np.float32)
+    m = p * MAGIC  # exact: a power of 2
+    t = (a + m).astype(np.float32)  # fma.rn(p, 2^22, a): one rounding of the exact sum
+    q = (t - m).astype(np.float32)  # fma.rn(p, -2^22, t): exact
+    return q.view(U32) | (s_bits & U32(0x80000000))
+
+
+def expected_value_bits(s_bits: np.ndarray) -> np.ndarray:
+    """``e2m1_decode(e2m1_encode(s))`` as bits, except a NaN with the sign bit set: the device
+    takes the sign from bit 31 (-6; the kernels only ever see the canonical NaN of x * enc)."""
+    s = torch.from_numpy(s_bits.view(np.float32).copy())
+    want = reference.e2m1_decode(reference.e2m1_encode(s)).numpy().view(U32)
+    neg_nan = np.isnan(s_bits.view(np.float32)) & (s_bits >> U32(31) == 1)
+    return np.where(neg_nan, np.float32(-6.0).view(U32), want)
+
+
+def check_chunk(s_bits: np.ndarray) -> int:
+    return int(np.count_nonzero(rn_value(s_bits) != expected_value_bits(s_bits)))
+
+
+def test_special_values():
+    assert check_chunk(special_patterns()) == 0
+
+
+def test_ties_and_signed_zero():
+    """Every tie goes to the even code; negative values rounding to 0 keep the sign (-0)."""
+    s = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, -0.25, -0.0, 0.0, -1e-30, 7.0], np.float32)
+    want = np.array([0, 1, 1, 2, 2, 4, 4, -0.0, -0.0, 0, -0.0, 6], np.float32)
+    assert np.array_equal(rn_value(s.view(U32)), want.view(U32))
+
+
+@pytest.mark.parametrize("chunk", [0, 0x3E8, 0x3F0, 0x400, 0x408, 0x7F8, 0x800, 0xBE8, 0xFF8])
+def test_sampled_chunk(chunk):
+    """2^20 consecutive patterns from ``chunk << 20`` (as in tests/test_e2m1_packed.py)."""
+    v = (np.arange(1 << 20, dtype=np.uint64) + (chunk << 20)).astype(U32)
+    assert check_chunk(v) == 0
+
+
+@pytest.mark.skipif(not os.environ.get("CUTEQUANT_E2M1_FULL"), reason="set CUTEQUANT_E2M1_FULL=1")
+def test_full_space():
+    bad = 0
+    for chunk in range(1 << 8):
+        v = (np.arange(1 << 24, dtype=np.uint64) + (chunk << 24)).astype(U32)
+        bad += check_chunk(v)
+    assert bad == 0
+
+
+def test_sr_value_of_code():
+    """``e2m1_sr_value``: the floor's bits in place, bits(t 2^-126 rz) & 0xFFC00000 = code << 22
+    (a subnormal for codes 0-1, else exponent + top mantissa bit), times 2^126, is the code's
+    grid value, for every code."""
+    codes = np.arange(8, dtype=U32)
+    got = (codes << U32(22)).view(np.float32) * np.float32(2.0**126)
+    want = reference.e2m1_decode(torch.arange(8)).numpy()
+    assert np.array_equal(got, want)
+
+
+def test_sr_value_floor():
+    """The whole SR value step for t in [0, 8): mask of the rz product, times 2^126, equals TE's
+    min(floor(t / step(t)) * step(t), 6) (stride 61 over every fp32 in range)."""
+    t = np.arange(0, 0x41000000, 61, dtype=np.int64).astype(U32)
+    t = np.concatenate([t, np.array([0x40BFFFFF, 0x40C00000, 0x40FFFFFF], U32)])
+    tf = t.view(np.float32)
+    # rz(t * 2^-126): t >= 1 an exponent shift (exact); t < 1 the subnormal floor(t 2^23) 2^-149
+    sub = (np.floor(tf.astype(np.float64) * 2.0**23).astype(np.int64)).astype(U32)
+    rz = np.where(tf >= 1, t - U32(126 << 23), sub)
+    got = (rz & U32(0xFFC00000)).view(np.float32) * np.float32(2.0**126)
+    step = np.where(tf < 2, 0.5, np.where(tf < 4, 1.0, 2.0)).astype(np.float32)
+    want = np.fmin(np.floor(tf / step) * step, np.float32(6.0))
+    assert np.array_equal(got, want)
