@@ -21,6 +21,7 @@ import os
 import threading
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from cutequant import _launch
@@ -99,7 +100,7 @@ def host_totals(values: tuple[int, ...]) -> tuple[int, int, int, int]:
     Python loop over the groups (30-40 us for 256 groups on the GPU hosts)."""
     hit = _TOTALS.get(values)
     if hit is None:
-        hit = tuple(row[-1] for row in _table_rows(values))
+        hit = tuple(host_tables(values)[:, -1].tolist())
         with _LOCK:
             _TOTALS[values] = hit
             while len(_TOTALS) > _HOST_CACHE_SIZE:
@@ -119,25 +120,35 @@ def _retire(*items) -> None:
                 t.record_stream(torch.cuda.current_stream(t.device))
 
 
-def _table_rows(splits: tuple[int, ...]) -> list[list[int]]:
-    """``host_tables`` as four Python lists: prefix sums in list comprehensions cost ~4 us for
-    8 groups and ~65 us for 256 on a 2-core host, torch ops on small CPU tensors ~35 / 55 us."""
-    acc = itertools.accumulate
-    out = [
-        list(acc(splits, initial=0)),
-        list(acc([(v + TILE_ROWS - 1) // TILE_ROWS for v in splits], initial=0)),
-        list(acc([(v + 127) // 128 * 128 for v in splits], initial=0)),
-        list(acc([(v // 16 + 3) // 4 * 4 for v in splits], initial=0)),
-    ]
-    # splits are non-negative, so each row's last prefix sum is its largest
-    if max(row[-1] for row in out) > 2**31 - 1:
-        raise ValueError("splits: total size overflows the int32 lookup tables")
-    return out
+# Up to this many groups the tables are built from Python lists, above with numpy: 7 vs 13 us
+# for 8 groups, 113 vs 21 us for 256 (2-core host; the torch.tensor of a nested list dominates).
+_PY_TABLE_GROUPS = 24
 
 
 def host_tables(splits: tuple[int, ...]) -> torch.Tensor:
-    """int32 [4, G+1] prefix sums: rows, 64-row tiles, rowwise scale rows, colwise scale cols."""
-    return torch.tensor(_table_rows(splits), dtype=torch.int32)
+    """int32 [4, G+1] prefix sums: rows, 64-row tiles, rowwise scale rows, colwise scale cols
+    (validated, non-negative splits). Small CPU-tensor torch ops cost 35-55 us here."""
+    if len(splits) <= _PY_TABLE_GROUPS:
+        acc = itertools.accumulate
+        rows = [
+            list(acc(splits, initial=0)),
+            list(acc([(v + TILE_ROWS - 1) // TILE_ROWS for v in splits], initial=0)),
+            list(acc([(v + 127) // 128 * 128 for v in splits], initial=0)),
+            list(acc([(v // 16 + 3) // 4 * 4 for v in splits], initial=0)),
+        ]
+        # non-negative splits: each row's last prefix sum is its largest
+        if max(row[-1] for row in rows) > 2**31 - 1:
+            raise ValueError("splits: total size overflows the int32 lookup tables")
+        return torch.tensor(rows, dtype=torch.int32)
+    a = np.array(splits, dtype=np.int64)
+    out = np.zeros((4, len(splits) + 1), dtype=np.int64)
+    np.cumsum(a, out=out[0, 1:])
+    np.cumsum((a + TILE_ROWS - 1) // TILE_ROWS, out=out[1, 1:])
+    np.cumsum((a + 127) // 128 * 128, out=out[2, 1:])
+    np.cumsum((a // 16 + 3) // 4 * 4, out=out[3, 1:])
+    if out[:, -1].max() > 2**31 - 1:
+        raise ValueError("splits: total size overflows the int32 lookup tables")
+    return torch.from_numpy(out.astype(np.int32))
 
 
 def host_tile_records(tables: torch.Tensor) -> torch.Tensor:
@@ -201,8 +212,11 @@ class GroupLayout:
 
     @property
     def row_tiles(self) -> int:
-        """Total 64-row tiles when known on the host, else -1 (the kernels read the tables)."""
-        return self.host_totals[1] if self.host_totals is not None else -1
+        """Total 64-row tiles when known on the host and the tables are cached (with their
+        per-tile records where a kernel wants them), else -1 (the kernels read the tables)."""
+        if self.host_totals is None or self.per_call_tables:
+            return -1
+        return self.host_totals[1]
 
     def splits(self) -> tuple[int, ...]:
         """Host split sizes (synchronizes once when the splits came as a device tensor)."""
@@ -410,8 +424,12 @@ def prepare_groups(
             entry = _HOST_CACHE.get(key)
             if entry is not None:
                 _HOST_CACHE.move_to_end(key)
-        if entry is None and _first_sighting(key, device):
-            return _per_call_layout(values, m_rows, device, tile_records)
+        if entry is None and device.type == "cuda":
+            # a capture's buffers live in its graph's pool: never cached (a later call would
+            # read freed memory once the graph is gone)
+            capturing = torch.cuda.is_current_stream_capturing()
+            if capturing or _first_sighting(key):
+                return _per_call_layout(values, m_rows, device, capturing)
         if entry is None:
             host = host_tables(values)
             totals = tuple(int(v) for v in host[:, -1].tolist())
@@ -423,7 +441,7 @@ def prepare_groups(
                 entry[1] = GroupLayout(len(values), m_rows, tables, values, host_totals=totals)
                 entry[1].tile_tables = buf
             else:
-                tables = persistent(device, lambda: host.to(device, non_blocking=False))
+                tables = persistent(device, lambda: _upload(host, device))
             entry[0] = GroupLayout(len(values), m_rows, tables, values, host_totals=totals)
             with _LOCK:
                 _HOST_CACHE[key] = entry
@@ -432,6 +450,8 @@ def prepare_groups(
     if not tile_records:
         return entry[0]
     if entry[1] is None:  # cached by a call that did not need them
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return _per_call_layout(entry[0].host_splits, m_rows, device, True)
         plain = entry[0]
         layout = GroupLayout(
             plain.num_groups, m_rows, plain.tables, plain.host_splits, host_totals=plain.host_totals
@@ -441,12 +461,9 @@ def prepare_groups(
     return entry[1]
 
 
-def _first_sighting(key, device: torch.device) -> bool:
-    """Whether the host split list of ``key`` is new (and its tables may be the call's own):
-    not while a CUDA graph is being captured (a captured copy would re-read pinned memory that
-    is reused after the call; the cached tables are made on the capturing stream instead)."""
-    if device.type != "cuda" or torch.cuda.is_current_stream_capturing():
-        return False
+def _first_sighting(key) -> bool:
+    """Whether the host split list of ``key`` is new: its first call gets tables of its own,
+    its second caches them (a list that keeps coming back is worth the synchronous copy)."""
     with _LOCK:
         if key in _SEEN:
             del _SEEN[key]
@@ -457,32 +474,48 @@ def _first_sighting(key, device: torch.device) -> bool:
     return True
 
 
+_CAPTURE_SOURCES: list = []  # pinned sources of copies captured into CUDA graphs (kept forever)
+
+
 def _per_call_layout(
-    values: tuple[int, ...], m_rows: int, device: torch.device, tile_records: bool
+    values: tuple[int, ...], m_rows: int, device: torch.device, capturing: bool
 ) -> GroupLayout:
-    """Tables of this call's own for a split list seen for the first time: built with Python
-    prefix sums, staged in pinned memory and copied on the current stream (torch's pinned
-    allocator keeps the staging block until the copy has run). The cached path instead copies
-    synchronously on a worker thread (``persistent``): a thread start and a device round trip,
-    100+ us that an MoE step with new splits would pay on every call."""
-    rows = _table_rows(values)
-    totals = (rows[0][-1], rows[1][-1], rows[2][-1], rows[3][-1])
-    host = torch.tensor(rows, dtype=torch.int32)
-    if tile_records:
-        host = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
-    buf = host.pin_memory().to(device, non_blocking=True)
-    layout = GroupLayout(len(values), m_rows, buf, values, host_totals=totals, per_call_tables=True)
-    if tile_records:
-        layout.tables = buf[: 4 * (len(values) + 1)].view(4, len(values) + 1)
-        layout.tile_tables = buf
-    return layout
+    """Tables of this call's own for a split list seen for the first time (or while a CUDA
+    graph is captured), staged in pinned memory and copied on the current stream. Eager: torch's
+    pinned allocator keeps the staging block until the copy has run. Captured: the copy is a
+    graph node that re-reads its source at every replay, so the source is kept for the life of
+    the process (a few hundred bytes per captured split list). No per-tile records: the FP8
+    tile cast and the dequantize kernels then find their tiles by a binary search, as with
+    device splits (``row_tiles`` is -1). The cached path instead copies synchronously on a
+    worker thread (``persistent``): a thread start and a device round trip, 250-900 us per call
+    on an H200 host (perf/NOTES.md) that an MoE step whose split sizes change every step would
+    pay on every call."""
+    host = host_tables(values)
+    totals = tuple(host[:, -1].tolist())
+    pinned = host.pin_memory()
+    if capturing:
+        _CAPTURE_SOURCES.append(pinned)
+    tables = pinned.to(device, non_blocking=True)
+    return GroupLayout(
+        len(values), m_rows, tables, values, host_totals=totals, per_call_tables=True
+    )
+
+
+def _upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``host`` on ``device``, for ``persistent``'s makers (copied synchronously on the runtime
+    stream; while a CUDA graph is captured, from a pinned source kept like the tables')."""
+    if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+        pinned = host.pin_memory()
+        _CAPTURE_SOURCES.append(pinned)
+        return pinned.to(device, non_blocking=True)
+    return host.to(device, non_blocking=False)
 
 
 def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """int32 device buffer: ``host`` tables ([4, G + 1]), then ``host_tile_records`` (kernels
     find them 16 * (G + 1) bytes in). Copied synchronously, like the tables alone."""
     buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
-    return persistent(device, lambda: buf.to(device, non_blocking=False))
+    return persistent(device, lambda: _upload(buf, device))
 
 
 def _device_groups(
@@ -548,7 +581,9 @@ def _offsets(layout: GroupLayout, rows, mult, device=None) -> torch.Tensor:
         if out is None:
             t = host_tables(layout.host_splits).to(torch.int64)[list(rows)]
             out = t * torch.tensor(mult, dtype=torch.int64)[:, None]
-            out = persistent(device, lambda: out.to(device))
+            if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+                return _upload(out, device)  # in the graph's pool: not cached
+            out = persistent(device, lambda: _upload(out, device))
             with _LOCK:
                 _OFFSET_CACHE[key] = out
                 while len(_OFFSET_CACHE) > _HOST_CACHE_SIZE:
