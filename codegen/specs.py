@@ -401,20 +401,27 @@ class DequantizeSpec(KernelSpec):
 @dataclass(frozen=True)
 class Nvfp4Quantize2dSpec(KernelSpec):
     """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (docs/numerics.md
-    §2), stacked [E, R, C] or a device array of E pointers (chosen at run time), one CTA
-    per 64 x 128 tile of one expert. ``amax_pass``: the kernel that only folds each expert's
-    amax (``kernels/group_fold.py``); otherwise the quantize kernel: rowwise data and/or the
-    columnwise data (the exact nibble transpose), each block's e4m3 scale in both scale
-    buffers (compact or swizzled; padding zeroed by extra CTAs)."""
+    §2), stacked [E, R, C] or a device array of E pointers (chosen at run time), in one launch:
+    64 x 128 tiles of one expert as work items; with ``compute_amax`` (a run-time switch) the
+    kernel first computes each expert's amax and passes a grid-wide barrier (a cooperative
+    launch of at most ``RESIDENT_CTAS`` CTAs per SM), else one CTA per item. Outputs: rowwise
+    data and/or the columnwise data (the exact nibble transpose), each block's e4m3 scale in
+    both scale buffers (compact or swizzled; padding zeroed by one item per expert), or with
+    ``fake_out`` the fused fake-quant [E, R, C]."""
 
     template: ClassVar[str] = "nvfp4_quantize_2d.py.j2"
     family: ClassVar[str] = "nvfp4_quantize_2d"
+    # CTAs per SM of a cooperative grid; the kernel is compiled for it (.minnctapersm: <= 64
+    # registers at 256 threads; ~6 KB of shared memory each), on every arch
+    RESIDENT_CTAS: ClassVar[int] = 4
     in_dtype: str = "bf16"
-    amax_pass: bool = False
     rowwise: bool = True
     columnwise: bool = True
     swizzled: bool = False
     fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
 
     def __post_init__(self):
         super().__post_init__()
@@ -422,12 +429,9 @@ class Nvfp4Quantize2dSpec(KernelSpec):
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
         if self.fake_out not in ("", "bf16", "f16"):
             raise ValueError(f"fake_out must be '', 'bf16' or 'f16', got {self.fake_out!r}")
-        if self.fake_out and (self.amax_pass or self.swizzled or not self.rowwise):
+        if self.fake_out and (self.swizzled or not self.rowwise):
             raise ValueError("fake_out: a quantize kernel with the default output switches")
-        if self.amax_pass:
-            if not (self.rowwise and self.columnwise) or self.swizzled:
-                raise ValueError("the amax pass takes no output switches (leave the defaults)")
-        elif not (self.rowwise or self.columnwise):
+        if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
 
 
@@ -506,7 +510,6 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:
-        out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True))
         for rowwise, columnwise in ((True, True), (True, False), (False, True)):
             for swizzled in (False, True):
                 out.append(

@@ -33,6 +33,7 @@ from cutlass import Float32, Int32, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
+from cutequant.kernels import dequant as dq
 from cutequant.kernels import device as dev
 
 RHT_MAGIC = 4194304.0  # 2^22: p * 2^22 has the ulp of the e2m1 step of [p, 2p) (p = 1, 2, 4)
@@ -207,5 +208,5 @@ def e2m1_sr_value(s: Float32, rb: Float32) -> Float32:
     a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
     t = dev.fma_rn(rb, _unit_scale(a), a)
     floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
-    mag = dev.bits_f32(floor) * Float32(SR_GRID_UNSCALE)
+    mag = dq.mul_rn(dev.bits_f32(floor), Float32(SR_GRID_UNSCALE))  # exact, subnormals kept
     return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))

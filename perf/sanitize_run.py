@@ -3,9 +3,10 @@
     compute-sanitizer --tool memcheck python perf/sanitize_run.py
 Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-size per-group
 array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels,
-round-robin chunks of both casts, the amax pass's L2 hand-off walk, and the FP8 tile cast (16-bit
+round-robin chunks of both casts, the amax pass's L2 hand-off walk, the FP8 tile cast (16-bit
 inputs with both outputs, current and delayed scaling, host and device splits: the first
-section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile)."""
+section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile),
+the fused columnwise fake-quant and the one-launch 2D weight quantize (grid barrier)."""
 
 import torch
 
@@ -39,6 +40,22 @@ def main():
             x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
+        # the fused columnwise fake-quant (shared tile, ldmatrix, mma.sync, quad shuffles)
+        cutequant.nvfp4_fake_quantize(x, splits, columnwise=True)
+        cutequant.nvfp4_fake_quantize(
+            x, torch.tensor(splits, device="cuda"), columnwise=True, stochastic_rounding=True
+        )
+        cutequant.nvfp4_fake_quantize(x, splits, columnwise=True, rht=False)
+    # 2D weights in one launch: phase 1, the grid barrier, phase 2 looping over items with the
+    # shared transpose tile (300 experts: more items than the cooperative grid); given amax:
+    # one CTA per item
+    from cutequant import nvfp4_2d
+
+    w = torch.randn(300, 96, 272, device="cuda").to(torch.bfloat16)
+    nvfp4_2d.nvfp4_quantize_weights_2d(w)
+    nvfp4_2d.nvfp4_quantize_weights_2d([w[e] for e in range(40)], swizzled_scales=True)
+    nvfp4_2d.nvfp4_quantize_weights_2d(w, amax=torch.ones(300, device="cuda"))
+    nvfp4_2d.nvfp4_fake_quantize_weights_2d(w)
     # the TMA-ring FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a
     # tail (16-bit inputs go to the tile cast unless TILE_CAST is off)
     from cutequant import amax, fp8, nvfp4

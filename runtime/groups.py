@@ -346,10 +346,13 @@ class Workspace:
     """Per (device, stream) scratch, reused by every call on that stream (its kernels run in
     order, so one set suffices): the group-fold words of ``kernels/group_fold.py`` (two per
     group, created zero; every launch leaves them zero, so a grown workspace simply drops the
-    old ones). Device-built lookup tables are not kept here but in each call's own buffer
-    (``GroupLayout.snapshot`` and the tables after it), which its result keeps."""
+    old ones) and the grid-barrier words of ``kernels/grid_sync.py`` (an arrival count that
+    every launch leaves zero, and a generation). Device-built lookup tables are not kept here
+    but in each call's own buffer (``GroupLayout.snapshot`` and the tables after it), which its
+    result keeps."""
 
     fold: torch.Tensor
+    barrier: torch.Tensor
 
 
 def _handle(stream) -> int:
@@ -367,7 +370,8 @@ def workspace(device: torch.device, num_groups: int, stream) -> Workspace:
             ws = persistent(
                 device,
                 lambda: Workspace(
-                    fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device)
+                    fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device),
+                    barrier=torch.zeros(4, dtype=torch.int32, device=device),
                 ),
             )
             if key in _WORKSPACES:  # kernels on the stream may still use the old one

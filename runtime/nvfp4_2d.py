@@ -7,8 +7,10 @@ fprop and the dgrad GEMM consume). Experts come as one stacked [E, R, C] tensor 
 E same-shaped [R, C] tensors; the list is passed to the kernels as a device array of E
 addresses, built once per distinct list of addresses and cached.
 
-Launches: an amax pass (each expert's max |W_e|, folded per CTA into self-resetting workspace
-words; skipped when ``amax`` is given) and one quantize launch for all experts. Bit-exact with
+One launch for all experts: without a given ``amax`` the kernel first computes each expert's
+max |W_e| (folded per run of tiles into self-resetting workspace words), passes a grid-wide
+barrier and then quantizes (a cooperative launch whose CTAs are all resident at once:
+``kernels/grid_sync.py``); with a given ``amax`` one CTA per tile. Bit-exact with
 ``cutequant.recipe_reference.nvfp4_quantize_2d_experts``.
 
 Op-level: ``_check_nvfp4_quantize_2d`` and ``nvfp4_quantize_2d_impl`` (outputs as a plain
@@ -42,9 +44,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, in_dtype, amax_pass, rowwise, columnwise, swizzled, fake_out):
-    if amax_pass:
-        return Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_pass=True)
+def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out):
     return Nvfp4Quantize2dSpec(
         arch=arch,
         in_dtype=in_dtype,
@@ -171,35 +171,76 @@ def _amax_out(amax, num_experts: int, tiles: int, dev) -> torch.Tensor:
     return _launch.output_allocator((num_experts,), torch.float32, dev)
 
 
-def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list, num_ctas: int) -> None:
-    """The amax pass (``amax`` None) and the quantize / fake-quant kernel of
-    ``_spec(arch, in_dtype, False, *spec_args)`` with output pointers ``outs`` (4, None for an
-    unused slot)."""
-    stacked, first, num_experts, rows, cols, dev = _experts(weights)
+def work_items(
+    num_experts: int, rows: int, cols: int, rowwise: bool, columnwise: bool, fake: bool
+) -> int:
+    """The kernel's work items (its own count, ``nvfp4_quantize_2d.py.j2``): every 64 x 128
+    tile, plus one per expert that zeroes its scale blocks' padding when a written direction
+    has any."""
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
+    pad = not fake and (
+        (rowwise and (rows % 128 or (cols // 16) % 4))
+        or (columnwise and (cols % 128 or (rows // 16) % 4))
+    )
+    return tiles + (num_experts if pad else 0)
+
+
+# The cooperative grid's kernel: 256 threads and ~5 KB of shared memory per CTA (the transpose
+# tile and the warp maxima), registers capped for RESIDENT_CTAS CTAs per SM by the compiler.
+_THREADS = 256
+_SMEM_BYTES = 128 * 40 + 32 + 1024  # + the system's 1 KB per resident CTA
+
+
+@functools.cache
+def _resident_ctas(index: int) -> int:
+    """CTAs of the 2D kernel that an SM of this device holds at once: the compiled residency,
+    or less if the SM's threads or shared memory say so (torch reports both)."""
+    p = torch.cuda.get_device_properties(index)
+    threads = getattr(p, "max_threads_per_multi_processor", 2048) // _THREADS
+    smem = getattr(p, "shared_memory_per_multiprocessor", 228 * 1024) // _SMEM_BYTES
+    return max(1, min(Nvfp4Quantize2dSpec.RESIDENT_CTAS, threads, smem))
+
+
+def cooperative_grid(device: torch.device, items: int) -> int:
+    """The grid of a launch that computes the amax: every CTA co-resident (the grid barrier
+    waits for all of them), never more CTAs than work items."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return min(items, _launch.sm_count(device) * _resident_ctas(index))
+
+
+def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list) -> None:
+    """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
+    ``outs`` (4, None for an unused slot): with ``amax`` None it computes every expert's amax
+    into ``amax_out`` first (phase 1 and a grid barrier: a cooperative, co-resident grid), else
+    it reads ``amax_out`` (a copy of the given amax) with one CTA per work item."""
+    stacked, first, num_experts, rows, cols, dev = _experts(weights)
+    rowwise, columnwise, _, fake = spec_args
+    items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
     arch = _launch.device_arch(dev)
-    in_dtype = IN_DTYPES[first.dtype]
     stream = torch.cuda.current_stream(dev)
     dummy = groups.dummy_buffer(dev)
     ptrs = dummy if stacked else _pointer_table(weights, dev)
-    common = (_launch.ptr(first), _launch.ptr(ptrs, 8), int(not stacked), num_experts, rows, cols)
-    if amax is None:
-        fold = groups.workspace(dev, num_experts, stream).fold
-        _launch.run(
-            _spec(arch, in_dtype, True, True, True, False, ""),
-            *common,
-            _launch.ptr(amax_out, 4),
-            _launch.ptr(fold, 8),
-            *(_launch.ptr(dummy),) * 4,
-            tiles,
-            stream=stream,
-        )
+    compute = amax is None
+    if compute:
+        ws = groups.workspace(dev, num_experts, stream)
+        fold, barrier = ws.fold, ws.barrier
+        num_ctas = cooperative_grid(dev, items)
+    else:
+        fold = barrier = dummy
+        num_ctas = items
     _launch.run(
-        _spec(arch, in_dtype, False, *spec_args),
-        *common,
+        _spec(arch, IN_DTYPES[first.dtype], *spec_args),
+        _launch.ptr(first),
+        _launch.ptr(ptrs, 8),
+        int(not stacked),
+        num_experts,
+        rows,
+        cols,
         _launch.ptr(amax_out, 4),
-        _launch.ptr(dummy, 8),
+        _launch.ptr(fold, 8),
+        _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
+        int(compute),
         num_ctas,
         stream=stream,
     )
@@ -225,17 +266,12 @@ def nvfp4_quantize_2d_impl(
         for key in ("row_scales", "col_scales"):  # all padding
             outs[key].zero_()
     else:
-        padded = any(
-            on and (shapes[f"{side}_scales"][1:] != (a, b // 16))
-            for side, on, a, b in (("row", rowwise, rows, cols), ("col", columnwise, cols, rows))
-        )
         _launch_2d(
             weights,
             (rowwise, columnwise, swizzled, ""),
             amax,
             amax_out,
             [t if t.numel() else None for t in outs.values()],
-            tiles + (num_experts if padded else 0),
         )
     return outs["row_data"], outs["row_scales"], outs["col_data"], outs["col_scales"], amax_out
 
@@ -253,9 +289,7 @@ def nvfp4_fake_quantize_2d_impl(
     amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles:
         fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
-        _launch_2d(
-            weights, (True, True, False, fake), amax, amax_out, [out, None, None, None], tiles
-        )
+        _launch_2d(weights, (True, True, False, fake), amax, amax_out, [out, None, None, None])
     return out, amax_out
 
 

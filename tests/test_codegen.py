@@ -35,8 +35,9 @@ def test_variant_inventory():
     # NVFP4 (row x 2 scale layouts + col x 2 layouts x undo RHT) + FP8 (2 formats x 2
     # directions), each x 3 output dtypes; + the columnwise fake-quant's (2 output dtypes)
     assert sum(s.family == "dequantize" for s in ALL) == 32
-    # 3 input dtypes x (amax pass + 3 output sets x 2 scale layouts + 2 fake-quant dtypes)
-    assert sum(s.family == "nvfp4_quantize_2d" for s in ALL) == 27
+    # 3 input dtypes x (3 output sets x 2 scale layouts + 2 fake-quant dtypes); the amax is a
+    # run-time switch of the same kernel (one launch)
+    assert sum(s.family == "nvfp4_quantize_2d" for s in ALL) == 24
     assert sum(s.family == "fake_quant_rows" for s in ALL) == 4
     # 2 output dtypes x RN / stochastic rounding (the RHT is a run-time switch)
     assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
@@ -242,3 +243,27 @@ def test_fp8_tile_cast_choice(monkeypatch):
         assert spec in cli.all_specs("sm_90a")  # precompiled with the rest
     with pytest.raises(ValueError, match="tile_cols"):
         S.Fp8TileCastSpec(tile_cols=96)
+
+
+def test_2d_work_items_match_the_kernel():
+    """The runtime's grid for the 2D kernel (``nvfp4_2d.work_items``) counts the items the
+    rendered kernel counts: its tiles, plus one padding item per expert exactly when a written
+    direction's scale blocks have padding (the condition rendered into the kernel)."""
+    from cutequant import nvfp4_2d
+
+    for spec in (s for s in ALL if s.family == "nvfp4_quantize_2d"):
+        src = render(spec)
+        cond = None
+        if not spec.fake_out:
+            line = src[src.index("    items = num_tiles\n") :].split("\n")[1].strip()
+            assert line.startswith("if ") and line.endswith(":"), line
+            cond = line[3:-1]
+        for rows in (0, 16, 64, 128, 144, 256, 1040):
+            for cols in (16, 64, 128, 272, 512):
+                tiles = 3 * -(-rows // 64) * -(-cols // 128)
+                pad = bool(cond) and eval(cond, {"rows": rows, "cols": cols})
+                want = tiles + (3 if pad else 0)
+                got = nvfp4_2d.work_items(
+                    3, rows, cols, spec.rowwise, spec.columnwise, bool(spec.fake_out)
+                )
+                assert got == want, (spec.describe(), rows, cols)

@@ -178,8 +178,8 @@ def test_columnwise_groups_and_given_amax(case, rng):
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
 def test_columnwise_extremes(rht, stochastic, rng):
     """All-zero groups, +-bf16 max (saturated scales), NaN / inf entries (the NaN and inf
-    groups' amax is NaN / inf), tiny values (scale 0), and a given amax below the data's (values
-    saturate at 6)."""
+    groups' amax is NaN / inf), blocks whose scale rounds to 0 beside an outlier, and a given
+    amax below the data's (values saturate at 6)."""
     splits = [64, 0, 64, 64, 32, 48]
     x = torch.zeros(272, 256, dtype=torch.bfloat16, device="cuda")
     big = torch.finfo(torch.bfloat16).max
@@ -190,7 +190,8 @@ def test_columnwise_extremes(rht, stochastic, rng):
     x[140, 100] = float("inf")
     x[192:224] = torch.randn(32, 256, device="cuda").to(torch.bfloat16)
     x[200, 3] = -float("inf")
-    x[224:272] = (torch.randn(48, 256, device="cuda") * 1e-30).to(torch.bfloat16)
+    x[224:272] = (torch.randn(48, 256, device="cuda") * 1e-3).to(torch.bfloat16)
+    x[224, 0] = 1e4  # the group's other blocks get scale 0 (amax * S_enc / 6 < 2^-10)
     rng_state = _rng_state(rng) if stochastic else None
     for amax in (None, torch.full((6,), 0.01, device="cuda")):
         y, a = fake_quant.nvfp4_fake_quantize_columnwise_impl(

@@ -11,6 +11,7 @@ from cutequant.testing import poisoned_outputs
 pytestmark = pytest.mark.gpu
 
 DIRECTIONS = [(True, True), (True, False), (False, True)]
+KEYS = ("row_data", "row_scales", "col_data", "col_scales", "amax")
 
 
 def _weights(e, rows, cols, dtype, gen, spread=True):
@@ -149,3 +150,97 @@ def test_dequantize_2d_with_the_grouped_kernel(swizzled, rng):
         swizzled=swizzled,
     )
     assert_same_bits(row.view(-1, 272), want, "2D dequantize")
+
+
+def _kernels_in(fn) -> int:
+    """CUDA kernels one call of ``fn`` launches (torch's copies, e.g. a given amax's clone, and
+    memsets not counted); the call runs once before, outside the profile (compile / load)."""
+    fn()
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return len([n for n in names if not any(w in n.lower() for w in ("copy", "memset"))])
+
+
+@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
+def test_one_launch(listed, rng):
+    """Quantize and fake-quant are one launch each, with or without a given amax (the amax of
+    a computed call comes from the same persistent launch: phase 1, grid barrier, phase 2)."""
+    w = _weights(6, 144, 272, torch.bfloat16, rng)
+    weights = [w[e].clone() for e in range(6)] if listed else w
+    amax = w.float().abs().amax(dim=(1, 2))
+    for given in (None, amax):
+        for op in (nvfp4_2d.nvfp4_quantize_weights_2d, nvfp4_2d.nvfp4_fake_quantize_weights_2d):
+            assert _kernels_in(lambda op=op, given=given: op(weights, amax=given)) == 1
+
+
+@pytest.mark.parametrize("swizzled", [False, True], ids=["compact", "swizzled"])
+@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
+@pytest.mark.parametrize("experts", [1, 300])
+def test_one_and_300_experts(experts, listed, swizzled, rng):
+    """300 experts of 96 x 272 (1200 tiles + 300 padding items: more work items than a
+    cooperative grid holds, so CTAs loop) and one of 1040 x 400; every direction; list = the
+    pointer table."""
+    shape = (96, 272) if experts == 300 else (1040, 400)
+    w = _weights(experts, *shape, torch.bfloat16, rng)
+    weights = [w[e].clone() for e in range(experts)] if listed else w
+    for rowwise, columnwise in DIRECTIONS:
+        check_2d(weights, rowwise=rowwise, columnwise=columnwise, swizzled=swizzled)
+
+
+def test_zero_size_experts():
+    """R = 0 or C = 0: nothing to launch; amax 0 and the scale blocks all padding (zero)."""
+    for shape in ((3, 0, 128), (3, 64, 0), (2, 0, 0)):
+        for dtype in (torch.bfloat16, torch.float32):
+            w = torch.zeros(shape, dtype=dtype, device="cuda")
+            check_2d(w)
+            check_2d(w, swizzled=True)
+            check_2d([w[e] for e in range(shape[0])], rowwise=False)
+
+
+def test_fake_quant_300_experts_and_extremes(rng):
+    w = _weights(300, 32, 144, torch.bfloat16, rng)
+    w[7] = 0
+    w[8, 3, 5] = float("nan")
+    w[9, 0, 0] = float("inf")
+    w[10] = torch.finfo(torch.bfloat16).max
+    with poisoned_outputs():
+        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
+    want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
+    assert_same_bits(amax, want_amax, "amax")
+    assert_same_bits(y, want, "fake 2D")
+
+
+def test_back_to_back_and_cuda_graph(rng):
+    """The grid barrier's words are reused launch after launch (the count left at zero, the
+    generation moving on): calls of different grid sizes back to back on one stream, then a
+    CUDA graph of two calls replayed on new weights, each result checked."""
+    ws = [_weights(e, 64, 128 * (1 + e % 3), torch.bfloat16, rng) for e in (1, 5, 40, 300)]
+    results = [nvfp4_2d.nvfp4_quantize_2d_impl(w, True, True, False, None) for w in ws * 2]
+    torch.cuda.synchronize()
+    for w, got in zip(ws * 2, results, strict=True):
+        want = recipe_reference.nvfp4_quantize_2d_experts(w.cpu())
+        for key, t in zip(KEYS, got, strict=True):
+            assert torch.equal(t.cpu(), want[key]), key
+    a = _weights(4, 128, 256, torch.bfloat16, rng)
+    b = _weights(40, 64, 128, torch.bfloat16, rng)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        nvfp4_2d.nvfp4_quantize_2d_impl(a, True, True, True, None)  # warm-up: compile / load
+        nvfp4_2d.nvfp4_quantize_2d_impl(b, True, True, True, None)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        out_a = nvfp4_2d.nvfp4_quantize_2d_impl(a, True, True, True, None)
+        out_b = nvfp4_2d.nvfp4_quantize_2d_impl(b, True, True, True, None)
+    for _ in range(3):
+        a.copy_(_weights(4, 128, 256, torch.bfloat16, rng))
+        b.copy_(_weights(40, 64, 128, torch.bfloat16, rng))
+        graph.replay()
+        torch.cuda.synchronize()
+        for w, got in ((a, out_a), (b, out_b)):
+            want = recipe_reference.nvfp4_quantize_2d_experts(w.cpu(), swizzled=True)
+            for key, t in zip(KEYS, got, strict=True):
+                assert torch.equal(t.cpu().reshape(-1), want[key].reshape(-1)), key

@@ -330,7 +330,9 @@ def test_recipe_fake_shapes():
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("device_splits", [False, True])
-@pytest.mark.parametrize("columnwise,stochastic", [(False, False), (False, True), (True, True)])
+@pytest.mark.parametrize(
+    "columnwise,stochastic", [(False, False), (False, True), (True, False), (True, True)]
+)
 def test_opcheck_fake_quantize(columnwise, stochastic, device_splits, rng):
     splits = random_splits(3, 384, rng, zero_at=("middle",))
     x = grouped_input(splits, 128, rng)
