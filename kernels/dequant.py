@@ -28,6 +28,10 @@ from cutequant.kernels import schedule as sched
 # e2m1 magnitude code (0..7) -> the same value as an e4m3 byte: 0, 0.5, 1, 1.5 | 2, 3, 4, 6
 E2M1_AS_E4M3_LO = 0x3C383000
 E2M1_AS_E4M3_HI = 0x4C484440
+# PRMT selectors of {word << 4, word}: byte k <- the byte holding code k's sign bit at bit 7
+# (codes 0-3, codes 4-7; even codes from word << 4, odd ones from word)
+E2M1_SIGN_SEL_LO = 0x5140
+E2M1_SIGN_SEL_HI = 0x7362
 F16X2_ONE = 0x3C003C00
 QUARTER_BITS = 0x3E800000  # fp32 0.25
 
@@ -134,25 +138,54 @@ def e4m3_to_f16x2(byte: Uint32, *, loc=None, ip=None) -> Uint32:
     )
 
 
-def e2m1x4_to_e4m3x4(nibbles: Uint32, spread: Uint32) -> Uint32:
-    """Four e2m1 codes (bits 0-15 of ``nibbles``, element 0 lowest) -> four e4m3 bytes of the
-    same values. ``spread`` = the two source bytes as [b0, b0, b1, b1]: each code's sign bit
-    (nibble bit 3) moves to its byte's bit 7 (even elements: bit 3 << 4; odd: already bit 7)."""
-    mag = prmt_r(Uint32(E2M1_AS_E4M3_LO), Uint32(E2M1_AS_E4M3_HI), nibbles & Uint32(0x7777))
-    sign = ((spread << 4) & Uint32(0x00800080)) | (spread & Uint32(0x80008000))
-    return mag | sign
+def e2m1x8_to_e4m3(word: Uint32):
+    """Eight e2m1 codes (element 0 in bits 0-3) -> their values as e4m3 bytes, codes 0-3 and
+    codes 4-7 (element 0 in bits 0-7). 9 SASS instructions for the 8 values (the earlier form
+    with one spread PRMT per 4 codes took 15): the magnitudes from a byte LUT (PRMT with the
+    codes' low 3 bits as selector nibbles), the signs by one PRMT of ``word`` and ``word << 4``
+    that puts sign bit 3 (even codes: ``word << 4``) or 7 (odd codes: ``word``) of code k's
+    nibble at bit 7 of byte k, merged with one LOP3."""
+    mag = word & Uint32(0x77777777)
+    w4 = word << Uint32(4)
+    lut_lo, lut_hi = Uint32(E2M1_AS_E4M3_LO), Uint32(E2M1_AS_E4M3_HI)
+    lo = prmt_r(lut_lo, lut_hi, mag)  # the selector is the low 16 bits: codes 0-3
+    hi = prmt_r(lut_lo, lut_hi, mag >> Uint32(16))
+    sign = Uint32(0x80808080)
+    lo = (dev.prmt(w4, word, E2M1_SIGN_SEL_LO) & sign) | lo
+    hi = (dev.prmt(w4, word, E2M1_SIGN_SEL_HI) & sign) | hi
+    return lo, hi
 
 
 def nvfp4x8_to_f32(word: Uint32, sf_f16x2: Uint32, s_dec: Float32) -> list:
     """Eight e2m1 codes (element 0 in bits 0-3) of one block -> ``f32(f32(e2m1 * sf) * S_dec)``."""
-    lo = e2m1x4_to_e4m3x4(word, dev.prmt(word, word, 0x1100))
-    hi = e2m1x4_to_e4m3x4(word >> 16, dev.prmt(word, word, 0x3322))
+    lo, hi = e2m1x8_to_e4m3(word)
     return fp8x4_scaled_to_f32(lo, sf_f16x2, s_dec) + fp8x4_scaled_to_f32(hi, sf_f16x2, s_dec)
 
 
-def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str) -> list:
-    """Four fp8 bytes -> ``f32(f32(fp8) * scale_inv)``."""
-    return fp8x4_scaled_to_f32(word, Uint32(F16X2_ONE), scale_inv, kind)
+@dsl_user_op
+def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str, *, loc=None, ip=None) -> list:
+    """Four fp8 bytes -> ``f32(f32(fp8) * scale_inv)`` (exact fp8 -> f16 -> f32, one fp32
+    rounding). ``fp8x4_scaled_to_f32`` with a multiplier of 1.0 would cost one HMUL2 per two
+    values that ptxas keeps (inline PTX)."""
+    ptx = (
+        "{\n\t.reg .b16 lo, hi, a0, a1, a2, a3;\n\t.reg .b32 h0, h1;\n\t"
+        "mov.b32 {lo, hi}, $4;\n\t"
+        f"cvt.rn.f16x2.{kind}x2 h0, lo;\n\tcvt.rn.f16x2.{kind}x2 h1, hi;\n\t"
+        "mov.b32 {a0, a1}, h0;\n\tmov.b32 {a2, a3}, h1;\n\t"
+        "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\t"
+        "cvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
+        "mul.rn.f32 $0, $0, $5;\n\tmul.rn.f32 $1, $1, $5;\n\t"
+        "mul.rn.f32 $2, $2, $5;\n\tmul.rn.f32 $3, $3, $5;\n\t}"
+    )
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        _ir((word, scale_inv), (Uint32, Float32), loc, ip),
+        ptx,
+        "=f,=f,=f,=f,r,f",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
 
 
 @cute.jit
