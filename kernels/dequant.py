@@ -12,8 +12,8 @@ instruction. Order of operations (``cutequant.reference``):
 * FP8: ``f32(f32(fp8) * scale_inv)``.
 * Inverse RHT (NVFP4 columnwise): per 16-token block, a fast Walsh-Hadamard transform in a fixed
   order (butterfly stages over index bits 0, 1, 2, 3, each ``a + b`` / ``a - b`` rounded to
-  fp32), then each output times +-0.25 (exact but for subnormal results). The 16x16 RHT is
-  ``R = diag(s) H16 / 4`` and orthogonal, so ``x_i = s_i / 4 * (H16 y)_i``.
+  fp32), then each output times 0.25 (exact but for subnormal results) and the sign s_i. The
+  16x16 RHT is ``R = diag(s) H16 / 4`` and orthogonal, so ``x_i = s_i / 4 * (H16 y)_i``.
 """
 
 import cutlass
@@ -32,8 +32,6 @@ E2M1_AS_E4M3_HI = 0x4C484440
 # (codes 0-3, codes 4-7; even codes from word << 4, odd ones from word)
 E2M1_SIGN_SEL_LO = 0x5140
 E2M1_SIGN_SEL_HI = 0x7362
-F16X2_ONE = 0x3C003C00
-QUARTER_BITS = 0x3E800000  # fp32 0.25
 
 
 def _ir(values, types, loc, ip):
@@ -194,16 +192,12 @@ def nvfp4_decode_scale(amax: Float32) -> Float32:
     return dev.rcp_rn(dev.global_encode_scale(amax))
 
 
-def rht_multipliers(sign_mask: Int32) -> list:
-    """+-0.25 per output index i of the inverse RHT: negative iff bit i of ``sign_mask``."""
-    return [
-        dev.bits_f32(Uint32(QUARTER_BITS) | (Uint32((sign_mask >> i) & 1) << 31)) for i in range(16)
-    ]
-
-
-def inverse_rht16(v: list, mult: list) -> list:
-    """x_i = mult_i * (H16 v)_i for one 16-token block: butterflies over index bits 0..3 in
-    order, each sum and difference rounded to fp32 (``reference.inverse_rht_exact``)."""
+def inverse_rht16_unsigned(v: list) -> list:
+    """(H16 v)_i * 0.25 for one 16-token block: butterflies over index bits 0..3 in order, each
+    sum and difference rounded to fp32, then the multiply by 0.25
+    (``recipe_reference.inverse_rht_exact``). The sign s_i of x_i = s_i * 0.25 * (H16 v)_i is
+    left to the caller: RN(y * -0.25) = -RN(y * 0.25) and RNE to bf16 / f16 is odd too, so one
+    XOR of the output words (``rht_sign_words``) replaces 16 registers of +-0.25 multipliers."""
     v = list(v)
     for b in range(4):
         step = 1 << b
@@ -212,7 +206,22 @@ def inverse_rht16(v: list, mult: list) -> list:
                 a, c = v[k], v[k + step]
                 v[k] = add_rn(a, c)
                 v[k + step] = sub_rn(a, c)
-    return [mul_rn(v[i], mult[i]) for i in range(16)]
+    quarter = Float32(0.25)
+    return [mul_rn(x, quarter) for x in v]
+
+
+def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
+    """Per output word of a 16-token block (``pack_out`` order: tokens 2j, 2j + 1 in the 16-bit
+    halves, or one fp32 word per token), the sign bits of the inverse RHT: bit i of
+    ``sign_mask`` negates token i."""
+    m = Uint32(sign_mask)
+    if out_dtype == "f32":
+        return [((m >> Uint32(i)) & Uint32(1)) << Uint32(31) for i in range(16)]
+    return [
+        (((m >> Uint32(2 * j)) & Uint32(1)) << Uint32(15))
+        | (((m >> Uint32(2 * j + 1)) & Uint32(1)) << Uint32(31))
+        for j in range(8)
+    ]
 
 
 def pack_out(vals: list, out_dtype: str) -> list:
@@ -223,9 +232,21 @@ def pack_out(vals: list, out_dtype: str) -> list:
     return [cvt(vals[2 * i + 1], vals[2 * i]) for i in range(len(vals) // 2)]
 
 
-def pack_pair(a: Float32, b: Float32, out_dtype: str) -> list:
-    """Two fp32 values of adjacent columns -> their ``out_dtype`` words (``a`` first)."""
-    return pack_out([a, b], out_dtype)
+@dsl_user_op
+def stmatrix_x4_trans(addr: Int32, words, *, loc=None, ip=None):
+    """``stmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: the warp stores four 8x8 matrices of
+    16-bit values, transposed. Register i of lane 4r + k holds elements (r, 2k) and (r, 2k + 1)
+    of matrix i; lane 8i + j gives the shared address of row j of matrix i as stored, which
+    is column j of the held matrix (16 bytes: its 8 elements). Warp-collective: every lane
+    executes it, with its own address."""
+    llvm.inline_asm(
+        None,
+        _ir((addr, *words), (Int32, Uint32, Uint32, Uint32, Uint32), loc, ip),
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
 
 
 # ------------------------------------------------------------------------------ global loads
@@ -298,6 +319,75 @@ def locate_tile(
             group_rows = tables[sched.ROW_START, g + 1] - row0
             tile_local = row_tile - tables[sched.ROWTILE_START, g]
     return live, g, row0, group_rows, tile_local, col_tile
+
+
+@cute.jit
+def find_tile(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    row_tiles: Int32,
+    row_tile: Int32,
+    scale_row: cutlass.Constexpr,
+):
+    """``locate_tile`` of a global 64-row tile (the grid's y and z give it, x the column tile:
+    no division) plus the group's first scale row (``scale_row`` = sched.ROWSCALE_START) or
+    column (sched.COLSCALE_START): (live, group, first row, rows, row tile within the group,
+    scale start), with one round trip to memory in both cases.
+
+    Host splits: the row tile's 16-byte record and its 8-byte scale record (both stored after
+    the tables, ``groups.host_tile_records`` / ``host_scale_records``), loaded together: the
+    scale bytes no longer wait for a table load that waited for the record.
+    Device splits: every warp searches the groups itself, 31 table entries per round with one
+    load per lane and a ballot (one round up to 30 groups, two up to 960), and its last round
+    also loads the row starts and scale starts beside the tile starts; lane shuffles hand the
+    group's values out. The binary search of ``locate_tile`` is 1 + log2(G) dependent loads (9
+    for 256 groups) before the row and scale starts. Every lane of a warp must call it."""
+    live = Int32(0)
+    g = Int32(0)
+    row0 = Int32(0)
+    group_rows = Int32(0)
+    tile_local = Int32(0)
+    scale_start = Int32(0)
+    if row_tiles >= 0:
+        if row_tile < row_tiles:
+            live = Int32(1)
+            records = tables.iterator.toint() + Int64(16) * Int64(num_groups + 1)
+            rec = dev.load_global_v4(records + Int64(16) * Int64(row_tile))
+            srec = load_global_v2(
+                records + Int64(16) * Int64(row_tiles) + Int64(8) * Int64(row_tile)
+            )
+            g = Int32(rec[0])
+            row0 = Int32(rec[1])
+            group_rows = Int32(rec[2])
+            tile_local = Int32(rec[3])
+            scale_start = Int32(srec[0 if scale_row == sched.ROWSCALE_START else 1])
+    else:
+        lane = cute.arch.lane_idx()
+        # the answer: the last index of ROWTILE_START[0 .. G] at or below row_tile (G: no tile)
+        lo = Int32(0)
+        span = num_groups + 1
+        while span > 31:
+            stride = (span + 30) // 31
+            hit = False
+            if lane < 31 and lane * stride < span:
+                hit = tables[sched.ROWTILE_START, lo + lane * stride] <= row_tile
+            skip = cute.arch.popc(cute.arch.vote_ballot_sync(hit)) - 1
+            lo = lo + skip * stride
+            span = cutlass.min(stride, span - skip * stride)
+        idx = cutlass.min(lo + lane, num_groups)
+        first_tile = tables[sched.ROWTILE_START, idx]
+        first_row = tables[sched.ROW_START, idx]
+        first_scale = tables[scale_row, idx]
+        k = cute.arch.popc(cute.arch.vote_ballot_sync(lane < span and first_tile <= row_tile)) - 1
+        g = lo + k
+        row0 = cute.arch.shuffle_sync(first_row, k)
+        # lane k + 1 <= 31 holds ROW_START[g + 1] whenever g < G (then lo + k + 1 <= G)
+        group_rows = cute.arch.shuffle_sync(first_row, k + 1) - row0
+        tile_local = row_tile - cute.arch.shuffle_sync(first_tile, k)
+        scale_start = cute.arch.shuffle_sync(first_scale, k)
+        if g < num_groups:
+            live = Int32(1)
+    return live, g, row0, group_rows, tile_local, scale_start
 
 
 @dsl_user_op

@@ -30,7 +30,6 @@ from cutequant.codegen.specs import DequantizeSpec
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-TILE_COLS = 128
 
 
 def _round_up(a: int, b: int) -> int:
@@ -195,11 +194,11 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
         layout = splits
     else:
         layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
-    # one CTA per tile: with device splits an upper bound (each group adds at most one
-    # partial 64-row tile); CTAs past the last tile exit
-    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
-    num_ctas = row_tiles * -(-n_cols // TILE_COLS)
-    if num_ctas == 0:
+    # one CTA per tile (the kernel's grid: column tiles x row tiles): with device splits an
+    # upper bound of the row tiles (each group adds at most one partial 64-row tile); CTAs past
+    # the last tile exit
+    row_ctas = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
+    if row_ctas == 0:
         return
     _launch.run(
         spec,
@@ -213,7 +212,7 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
         n_cols,
         sign_mask,
         layout.early_level(),
-        num_ctas,
+        row_ctas,
         stream=_launch.raw_stream(dev),
     )
 
