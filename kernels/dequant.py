@@ -192,12 +192,13 @@ def nvfp4_decode_scale(amax: Float32) -> Float32:
     return dev.rcp_rn(dev.global_encode_scale(amax))
 
 
-def inverse_rht16_unsigned(v: list) -> list:
+def inverse_rht16_unsigned(v: list, quarter: bool = True) -> list:
     """(H16 v)_i * 0.25 for one 16-token block: butterflies over index bits 0..3 in order, each
     sum and difference rounded to fp32, then the multiply by 0.25
-    (``recipe_reference.inverse_rht_exact``). The sign s_i of x_i = s_i * 0.25 * (H16 v)_i is
-    left to the caller: RN(y * -0.25) = -RN(y * 0.25) and RNE to bf16 / f16 is odd too, so one
-    XOR of the output words (``rht_sign_words``) replaces 16 registers of +-0.25 multipliers."""
+    (``recipe_reference.inverse_rht_exact``; ``quarter`` False: without it, the caller scaled
+    v by 0.25 exactly). The sign s_i of x_i = s_i * 0.25 * (H16 v)_i is left to the caller:
+    RN(y * -0.25) = -RN(y * 0.25) and RNE to bf16 / f16 is odd too, so one XOR of the output
+    words (``rht_sign_words``) replaces 16 registers of +-0.25 multipliers."""
     v = list(v)
     for b in range(4):
         step = 1 << b
@@ -206,8 +207,9 @@ def inverse_rht16_unsigned(v: list) -> list:
                 a, c = v[k], v[k + step]
                 v[k] = add_rn(a, c)
                 v[k + step] = sub_rn(a, c)
-    quarter = Float32(0.25)
-    return [mul_rn(x, quarter) for x in v]
+    if not quarter:
+        return v
+    return [mul_rn(x, Float32(0.25)) for x in v]
 
 
 def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
