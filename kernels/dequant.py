@@ -12,8 +12,8 @@ instruction. Order of operations (``cutequant.reference``):
 * FP8: ``f32(f32(fp8) * scale_inv)``.
 * Inverse RHT (NVFP4 columnwise): per 16-token block, a fast Walsh-Hadamard transform in a fixed
   order (butterfly stages over index bits 0, 1, 2, 3, each ``a + b`` / ``a - b`` rounded to
-  fp32), then each output times +-0.25 (exact but for subnormal results). The 16x16 RHT is
-  ``R = diag(s) H16 / 4`` and orthogonal, so ``x_i = s_i / 4 * (H16 y)_i``.
+  fp32), then each output times 0.25 (exact but for subnormal results) and the sign s_i. The
+  16x16 RHT is ``R = diag(s) H16 / 4`` and orthogonal, so ``x_i = s_i / 4 * (H16 y)_i``.
 """
 
 import cutlass
@@ -28,8 +28,10 @@ from cutequant.kernels import schedule as sched
 # e2m1 magnitude code (0..7) -> the same value as an e4m3 byte: 0, 0.5, 1, 1.5 | 2, 3, 4, 6
 E2M1_AS_E4M3_LO = 0x3C383000
 E2M1_AS_E4M3_HI = 0x4C484440
-F16X2_ONE = 0x3C003C00
-QUARTER_BITS = 0x3E800000  # fp32 0.25
+# PRMT selectors of {word << 4, word}: byte k <- the byte holding code k's sign bit at bit 7
+# (codes 0-3, codes 4-7; even codes from word << 4, odd ones from word)
+E2M1_SIGN_SEL_LO = 0x5140
+E2M1_SIGN_SEL_HI = 0x7362
 
 
 def _ir(values, types, loc, ip):
@@ -134,25 +136,54 @@ def e4m3_to_f16x2(byte: Uint32, *, loc=None, ip=None) -> Uint32:
     )
 
 
-def e2m1x4_to_e4m3x4(nibbles: Uint32, spread: Uint32) -> Uint32:
-    """Four e2m1 codes (bits 0-15 of ``nibbles``, element 0 lowest) -> four e4m3 bytes of the
-    same values. ``spread`` = the two source bytes as [b0, b0, b1, b1]: each code's sign bit
-    (nibble bit 3) moves to its byte's bit 7 (even elements: bit 3 << 4; odd: already bit 7)."""
-    mag = prmt_r(Uint32(E2M1_AS_E4M3_LO), Uint32(E2M1_AS_E4M3_HI), nibbles & Uint32(0x7777))
-    sign = ((spread << 4) & Uint32(0x00800080)) | (spread & Uint32(0x80008000))
-    return mag | sign
+def e2m1x8_to_e4m3(word: Uint32):
+    """Eight e2m1 codes (element 0 in bits 0-3) -> their values as e4m3 bytes, codes 0-3 and
+    codes 4-7 (element 0 in bits 0-7). 9 SASS instructions for the 8 values (the earlier form
+    with one spread PRMT per 4 codes took 15): the magnitudes from a byte LUT (PRMT with the
+    codes' low 3 bits as selector nibbles), the signs by one PRMT of ``word`` and ``word << 4``
+    that puts sign bit 3 (even codes: ``word << 4``) or 7 (odd codes: ``word``) of code k's
+    nibble at bit 7 of byte k, merged with one LOP3."""
+    mag = word & Uint32(0x77777777)
+    w4 = word << Uint32(4)
+    lut_lo, lut_hi = Uint32(E2M1_AS_E4M3_LO), Uint32(E2M1_AS_E4M3_HI)
+    lo = prmt_r(lut_lo, lut_hi, mag)  # the selector is the low 16 bits: codes 0-3
+    hi = prmt_r(lut_lo, lut_hi, mag >> Uint32(16))
+    sign = Uint32(0x80808080)
+    lo = (dev.prmt(w4, word, E2M1_SIGN_SEL_LO) & sign) | lo
+    hi = (dev.prmt(w4, word, E2M1_SIGN_SEL_HI) & sign) | hi
+    return lo, hi
 
 
 def nvfp4x8_to_f32(word: Uint32, sf_f16x2: Uint32, s_dec: Float32) -> list:
     """Eight e2m1 codes (element 0 in bits 0-3) of one block -> ``f32(f32(e2m1 * sf) * S_dec)``."""
-    lo = e2m1x4_to_e4m3x4(word, dev.prmt(word, word, 0x1100))
-    hi = e2m1x4_to_e4m3x4(word >> 16, dev.prmt(word, word, 0x3322))
+    lo, hi = e2m1x8_to_e4m3(word)
     return fp8x4_scaled_to_f32(lo, sf_f16x2, s_dec) + fp8x4_scaled_to_f32(hi, sf_f16x2, s_dec)
 
 
-def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str) -> list:
-    """Four fp8 bytes -> ``f32(f32(fp8) * scale_inv)``."""
-    return fp8x4_scaled_to_f32(word, Uint32(F16X2_ONE), scale_inv, kind)
+@dsl_user_op
+def fp8x4_to_f32(word: Uint32, scale_inv: Float32, kind: str, *, loc=None, ip=None) -> list:
+    """Four fp8 bytes -> ``f32(f32(fp8) * scale_inv)`` (exact fp8 -> f16 -> f32, one fp32
+    rounding). ``fp8x4_scaled_to_f32`` with a multiplier of 1.0 would cost one HMUL2 per two
+    values that ptxas keeps (inline PTX)."""
+    ptx = (
+        "{\n\t.reg .b16 lo, hi, a0, a1, a2, a3;\n\t.reg .b32 h0, h1;\n\t"
+        "mov.b32 {lo, hi}, $4;\n\t"
+        f"cvt.rn.f16x2.{kind}x2 h0, lo;\n\tcvt.rn.f16x2.{kind}x2 h1, hi;\n\t"
+        "mov.b32 {a0, a1}, h0;\n\tmov.b32 {a2, a3}, h1;\n\t"
+        "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\t"
+        "cvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
+        "mul.rn.f32 $0, $0, $5;\n\tmul.rn.f32 $1, $1, $5;\n\t"
+        "mul.rn.f32 $2, $2, $5;\n\tmul.rn.f32 $3, $3, $5;\n\t}"
+    )
+    res = llvm.inline_asm(
+        llvm.StructType.get_literal([T.f32()] * 4),
+        _ir((word, scale_inv), (Uint32, Float32), loc, ip),
+        ptx,
+        "=f,=f,=f,=f,r,f",
+        has_side_effects=False,
+        is_align_stack=False,
+    )
+    return [Float32(llvm.extractvalue(T.f32(), res, [i], loc=loc, ip=ip)) for i in range(4)]
 
 
 @cute.jit
@@ -161,16 +192,13 @@ def nvfp4_decode_scale(amax: Float32) -> Float32:
     return dev.rcp_rn(dev.global_encode_scale(amax))
 
 
-def rht_multipliers(sign_mask: Int32) -> list:
-    """+-0.25 per output index i of the inverse RHT: negative iff bit i of ``sign_mask``."""
-    return [
-        dev.bits_f32(Uint32(QUARTER_BITS) | (Uint32((sign_mask >> i) & 1) << 31)) for i in range(16)
-    ]
-
-
-def inverse_rht16(v: list, mult: list) -> list:
-    """x_i = mult_i * (H16 v)_i for one 16-token block: butterflies over index bits 0..3 in
-    order, each sum and difference rounded to fp32 (``reference.inverse_rht_exact``)."""
+def inverse_rht16_unsigned(v: list, quarter: bool = True) -> list:
+    """(H16 v)_i * 0.25 for one 16-token block: butterflies over index bits 0..3 in order, each
+    sum and difference rounded to fp32, then the multiply by 0.25
+    (``recipe_reference.inverse_rht_exact``; ``quarter`` False: without it, the caller scaled
+    v by 0.25 exactly). The sign s_i of x_i = s_i * 0.25 * (H16 v)_i is left to the caller:
+    RN(y * -0.25) = -RN(y * 0.25) and RNE to bf16 / f16 is odd too, so one XOR of the output
+    words (``rht_sign_words``) replaces 16 registers of +-0.25 multipliers."""
     v = list(v)
     for b in range(4):
         step = 1 << b
@@ -179,7 +207,23 @@ def inverse_rht16(v: list, mult: list) -> list:
                 a, c = v[k], v[k + step]
                 v[k] = add_rn(a, c)
                 v[k + step] = sub_rn(a, c)
-    return [mul_rn(v[i], mult[i]) for i in range(16)]
+    if not quarter:
+        return v
+    return [mul_rn(x, Float32(0.25)) for x in v]
+
+
+def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
+    """Per output word of a 16-token block (``pack_out`` order: tokens 2j, 2j + 1 in the 16-bit
+    halves, or one fp32 word per token), the sign bits of the inverse RHT: bit i of
+    ``sign_mask`` negates token i."""
+    m = Uint32(sign_mask)
+    if out_dtype == "f32":
+        return [((m >> Uint32(i)) & Uint32(1)) << Uint32(31) for i in range(16)]
+    return [
+        (((m >> Uint32(2 * j)) & Uint32(1)) << Uint32(15))
+        | (((m >> Uint32(2 * j + 1)) & Uint32(1)) << Uint32(31))
+        for j in range(8)
+    ]
 
 
 def pack_out(vals: list, out_dtype: str) -> list:
@@ -190,9 +234,21 @@ def pack_out(vals: list, out_dtype: str) -> list:
     return [cvt(vals[2 * i + 1], vals[2 * i]) for i in range(len(vals) // 2)]
 
 
-def pack_pair(a: Float32, b: Float32, out_dtype: str) -> list:
-    """Two fp32 values of adjacent columns -> their ``out_dtype`` words (``a`` first)."""
-    return pack_out([a, b], out_dtype)
+@dsl_user_op
+def stmatrix_x4_trans(addr: Int32, words, *, loc=None, ip=None):
+    """``stmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: the warp stores four 8x8 matrices of
+    16-bit values, transposed. Register i of lane 4r + k holds elements (r, 2k) and (r, 2k + 1)
+    of matrix i; lane 8i + j gives the shared address of row j of matrix i as stored, which
+    is column j of the held matrix (16 bytes: its 8 elements). Warp-collective: every lane
+    executes it, with its own address."""
+    llvm.inline_asm(
+        None,
+        _ir((addr, *words), (Int32, Uint32, Uint32, Uint32, Uint32), loc, ip),
+        "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [$0], {$1, $2, $3, $4};",
+        "r,r,r,r,r",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
 
 
 # ------------------------------------------------------------------------------ global loads
@@ -265,6 +321,75 @@ def locate_tile(
             group_rows = tables[sched.ROW_START, g + 1] - row0
             tile_local = row_tile - tables[sched.ROWTILE_START, g]
     return live, g, row0, group_rows, tile_local, col_tile
+
+
+@cute.jit
+def find_tile(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    row_tiles: Int32,
+    row_tile: Int32,
+    scale_row: cutlass.Constexpr,
+):
+    """``locate_tile`` of a global 64-row tile (the grid's y and z give it, x the column tile:
+    no division) plus the group's first scale row (``scale_row`` = sched.ROWSCALE_START) or
+    column (sched.COLSCALE_START): (live, group, first row, rows, row tile within the group,
+    scale start), with one round trip to memory in both cases.
+
+    Host splits: the row tile's 16-byte record and its 8-byte scale record (both stored after
+    the tables, ``groups.host_tile_records`` / ``host_scale_records``), loaded together: the
+    scale bytes no longer wait for a table load that waited for the record.
+    Device splits: every warp searches the groups itself, 31 table entries per round with one
+    load per lane and a ballot (one round up to 30 groups, two up to 960), and its last round
+    also loads the row starts and scale starts beside the tile starts; lane shuffles hand the
+    group's values out. The binary search of ``locate_tile`` is 1 + log2(G) dependent loads (9
+    for 256 groups) before the row and scale starts. Every lane of a warp must call it."""
+    live = Int32(0)
+    g = Int32(0)
+    row0 = Int32(0)
+    group_rows = Int32(0)
+    tile_local = Int32(0)
+    scale_start = Int32(0)
+    if row_tiles >= 0:
+        if row_tile < row_tiles:
+            live = Int32(1)
+            records = tables.iterator.toint() + Int64(16) * Int64(num_groups + 1)
+            rec = dev.load_global_v4(records + Int64(16) * Int64(row_tile))
+            srec = load_global_v2(
+                records + Int64(16) * Int64(row_tiles) + Int64(8) * Int64(row_tile)
+            )
+            g = Int32(rec[0])
+            row0 = Int32(rec[1])
+            group_rows = Int32(rec[2])
+            tile_local = Int32(rec[3])
+            scale_start = Int32(srec[0 if scale_row == sched.ROWSCALE_START else 1])
+    else:
+        lane = cute.arch.lane_idx()
+        # the answer: the last index of ROWTILE_START[0 .. G] at or below row_tile (G: no tile)
+        lo = Int32(0)
+        span = num_groups + 1
+        while span > 31:
+            stride = (span + 30) // 31
+            hit = False
+            if lane < 31 and lane * stride < span:
+                hit = tables[sched.ROWTILE_START, lo + lane * stride] <= row_tile
+            skip = cute.arch.popc(cute.arch.vote_ballot_sync(hit)) - 1
+            lo = lo + skip * stride
+            span = cutlass.min(stride, span - skip * stride)
+        idx = cutlass.min(lo + lane, num_groups)
+        first_tile = tables[sched.ROWTILE_START, idx]
+        first_row = tables[sched.ROW_START, idx]
+        first_scale = tables[scale_row, idx]
+        k = cute.arch.popc(cute.arch.vote_ballot_sync(lane < span and first_tile <= row_tile)) - 1
+        g = lo + k
+        row0 = cute.arch.shuffle_sync(first_row, k)
+        # lane k + 1 <= 31 holds ROW_START[g + 1] whenever g < G (then lo + k + 1 <= G)
+        group_rows = cute.arch.shuffle_sync(first_row, k + 1) - row0
+        tile_local = row_tile - cute.arch.shuffle_sync(first_tile, k)
+        scale_start = cute.arch.shuffle_sync(first_scale, k)
+        if g < num_groups:
+            live = Int32(1)
+    return live, g, row0, group_rows, tile_local, scale_start
 
 
 @dsl_user_op

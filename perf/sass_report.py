@@ -7,8 +7,15 @@ nvidia-cuda-cuobjdump`` into /tmp, unzip, pass ``--cuobjdump``).
 (HFMA2 / FFMA), per value of its 32-value iteration, with the opcode classes (the NVFP4
 consumer loops; static: cold branches inside the loop count too).
 
+``--body``: the static instruction count of the kernel function (subroutines such as the
+division slow paths left out), per value of a thread's share of its tile (the module's
+``TILE_ROWS * TILE_COLS / THREADS``), with the opcode classes: for the one-CTA-per-tile
+kernels (dequantize, fp8_tile_cast) every thread runs its function once, mostly straight-line,
+so this is close to the issued instructions per value (both copies of the tile lookup and the
+device-split search count too).
+
     python perf/sass_report.py [--out DIR] [--family group_amax] [--match stochastic=True]
-                               [--loops] [--cuobjdump PATH]
+                               [--loops] [--body] [--cuobjdump PATH]
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ PATTERNS = {
     "STG<128": r"\bSTG\.E(?!\.128)",
     "LDS.128": r"\bLDS\.128",
     "LDS<128": r"\bLDS(?!\.128)\b",
+    "STSM": r"\bSTSM\b",
     "UTMALDG": r"\bUTMALDG",
     "UTMASTG": r"\bUTMASTG",
     "LDL/STL": r"\b(LDL|STL)\b",
@@ -43,7 +51,7 @@ CLASSES = (
     ("fp", r"(FFMA|FMNMX|FMUL|FADD|HFMA2|HMNMX2|VHMNMX|HADD2|HMUL2|F2FP)$"),
     ("int", r"(LOP3|PRMT|SHF|LEA|IADD3|IMAD|SEL|VIADD|VIMNMX|IABS|POPC|FLO|SGXT|BMSK)$"),
     ("pred", r"(ISETP|FSETP|PLOP3|P2R|R2P)$"),
-    ("mem", r"(LDS|STS|LDG|STG|ATOMG|RED|SYNCS|LDC|ULDC|UTMALDG|UTMASTG)$"),
+    ("mem", r"(LDS|STS|STSM|LDSM|LDG|STG|ATOMG|RED|SYNCS|LDC|ULDC|UTMALDG|UTMASTG)$"),
     ("move", r"(MOV|UMOV|S2R|S2UR|CS2R|R2UR|SHFL)$"),
 )
 
@@ -85,6 +93,27 @@ def encoder_loops(sass: str):
     return [(e - s + 1, ops) for s, e, ops in chosen]
 
 
+def kernel_body(sass: str) -> collections.Counter:
+    """Opcode counts of the kernel function: everything before the first CALL target (the
+    compiler's subroutines follow the function), trailing BRA-to-self / NOP padding left out."""
+    ins = _parse(sass)
+    calls = [int(m.group(1), 16) for m in re.finditer(r"CALL\.\w+(?:\.\w+)*\s+0x([0-9a-f]+)", sass)]
+    end = min(calls) if calls else None
+    ops = [op.split(".")[0] for a, op in ins if end is None or a < end]
+    while ops and ops[-1] in ("NOP", "BRA"):
+        ops.pop()
+    return collections.Counter(ops)
+
+
+def _values_per_thread(spec) -> int:
+    from cutequant import jit
+
+    mod = jit.load_module(spec)
+    threads = getattr(mod, "THREADS", 0)
+    rows, cols = getattr(mod, "TILE_ROWS", 0), getattr(mod, "TILE_COLS", 0)
+    return rows * cols // threads if threads else 0
+
+
 def _classes(ops: collections.Counter) -> str:
     out = collections.Counter()
     for op, n in ops.items():
@@ -99,6 +128,7 @@ def main(argv=None) -> int:
     p.add_argument("--family", default=None)
     p.add_argument("--match", default=None, help="only specs whose description has this text")
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
+    p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
     args = p.parse_args(argv)
     if not args.cuobjdump:
@@ -132,16 +162,22 @@ def main(argv=None) -> int:
                 counts[name] = len(re.findall(pat, sass))
             regs = re.findall(r"REG:(\d+)", res)
             loops = encoder_loops(sass) if args.loops else []
-            rows.append((spec.describe(), regs, counts, loops))
+            body = (kernel_body(sass), _values_per_thread(spec)) if args.body else None
+            rows.append((spec.describe(), regs, counts, loops, body))
             (d / "kernel.sass").write_text(sass)
             (d / "res.txt").write_text(res)
         index.append(f"{spec.describe()}\t{d.name}")
     (out / "index.tsv").write_text("\n".join(index) + "\n")  # for diffing two builds by spec
-    for desc, regs, counts, loops in rows:
+    for desc, regs, counts, loops, body in rows:
         print(desc)
         print("   regs", ",".join(regs), " ", "  ".join(f"{k}={v}" for k, v in counts.items() if v))
         for n, ops in loops:
             print(f"   loop {n} instructions, {n / 32:.1f} per value: {_classes(ops)}")
+        if body:
+            ops, per = body
+            n = sum(ops.values())
+            rate = f", {n / per:.1f} per value ({per} per thread)" if per else ""
+            print(f"   body {n} instructions{rate}: {_classes(ops)}")
     return 0
 
 

@@ -30,7 +30,11 @@ from cutequant.codegen.specs import DequantizeSpec
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
-TILE_COLS = 128
+# the columnwise kernels' CTA order (a kernel argument, no compile variant): False, column tiles
+# fastest (row-major tiles, the rowwise kernels' order); True, a column strip's row tiles one
+# after the other, so that consecutive CTAs read consecutive pieces of each token run of the
+# [N, M_g] data (perf/NOTES.md, issue 20 attempt 5; perf/probes/dequant_walk.py measures both)
+COLUMNWISE_ROW_TILES_FIRST = False
 
 
 def _round_up(a: int, b: int) -> int:
@@ -195,12 +199,15 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
         layout = splits
     else:
         layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
-    # one CTA per tile: with device splits an upper bound (each group adds at most one
-    # partial 64-row tile); CTAs past the last tile exit
-    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
-    num_ctas = row_tiles * -(-n_cols // TILE_COLS)
-    if num_ctas == 0:
+    # one CTA per tile (the kernel's grid: column tiles x row tiles): with device splits an
+    # upper bound of the row tiles (each group adds at most one partial 64-row tile); CTAs past
+    # the last tile exit
+    row_ctas = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
+    if row_ctas == 0:
         return
+    col_tiles = -(-n_cols // 128)
+    walk = spec.columnwise and not spec.transposed_out and COLUMNWISE_ROW_TILES_FIRST
+    walk = walk and col_tiles < 1 << 16  # the grid's y extent
     _launch.run(
         spec,
         _launch.ptr(data),
@@ -213,7 +220,8 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
         n_cols,
         sign_mask,
         layout.early_level(),
-        num_ctas,
+        int(walk),
+        row_ctas,
         stream=_launch.raw_stream(dev),
     )
 

@@ -165,6 +165,16 @@ def host_tile_records(tables: torch.Tensor) -> torch.Tensor:
     return torch.stack([g, t[0][g], rows[g], local], dim=1).to(torch.int32)
 
 
+def host_scale_records(tables: torch.Tensor) -> torch.Tensor:
+    """int32 [row tiles, 2] from ``host_tables``: per 64-row tile its group's first NVFP4
+    row-scale row and column-scale column. Stored after ``host_tile_records``, so that the
+    dequantize kernel loads the scale block's start together with the tile's record instead of
+    one round trip after it (``kernels/dequant.py``, ``find_tile``)."""
+    t = tables.to(torch.int64)
+    g = torch.repeat_interleave(torch.arange(t.shape[1] - 1), t[1].diff())
+    return torch.stack([t[2][g], t[3][g]], dim=1).to(torch.int32)
+
+
 @dataclass
 class GroupLayout:
     """One call's grouping: device tables, the group count and (when known) the host splits."""
@@ -182,7 +192,8 @@ class GroupLayout:
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
     # host splits, asked for (prepare_groups(tile_records=True)): the tables followed by one
-    # record per 64-row tile (host_tile_records), for the FP8 tile cast's one-load lookup
+    # record per 64-row tile (host_tile_records), for the one-CTA-per-tile kernels' one-load
+    # lookup, then the tiles' scale records (host_scale_records, for the dequantize kernel)
     tile_tables: torch.Tensor | None = None
     # device splits: byte offset of the [4, G + 1] tables in ``tables`` (the call's buffer
     # holds the snapshot first)
@@ -517,8 +528,10 @@ def _upload(host: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor:
     """int32 device buffer: ``host`` tables ([4, G + 1]), then ``host_tile_records`` (kernels
-    find them 16 * (G + 1) bytes in). Copied synchronously, like the tables alone."""
-    buf = torch.cat([host.reshape(-1), host_tile_records(host).reshape(-1)])
+    find them 16 * (G + 1) bytes in), then ``host_scale_records`` (16 * (G + 1 + row tiles)
+    bytes in). Copied synchronously, like the tables alone."""
+    parts = (host, host_tile_records(host), host_scale_records(host))
+    buf = torch.cat([p.reshape(-1) for p in parts])
     return persistent(device, lambda: _upload(buf, device))
 
 

@@ -153,6 +153,51 @@ def test_nvfp4_group_shapes(case, mode, rng):
         )
 
 
+@pytest.mark.parametrize("mode", NVFP4_MODES, ids=["row", "col", "col-unrht"])
+def test_nvfp4_device_search_of_1000_groups(mode, rng):
+    """Device splits of 1000 groups (zero-token ones among them): the kernels' warp-wide table
+    search takes two coarse rounds before its last one (more than 960 groups)."""
+    columnwise, undo_rht = mode
+    splits = random_splits(1000, None, rng, zero_at=("front", "middle", "end"), mean_rows=24)
+    splits[1::7] = [0] * len(splits[1::7])
+    n = 128
+    data, scales, amax = random_nvfp4_buffers(
+        splits, n, rng, columnwise=columnwise, device_bound=True
+    )
+    check_nvfp4(
+        data,
+        scales,
+        amax,
+        splits,
+        n,
+        columnwise=columnwise,
+        swizzled=False,
+        undo_rht=undo_rht,
+        out_dtype=torch.bfloat16,
+        device_splits=_device_splits(splits),
+    )
+
+
+@pytest.mark.parametrize("columnwise", [False, True], ids=["row", "col"])
+def test_nvfp4_more_than_65535_row_tiles(columnwise, rng):
+    """4.2M tokens of 16 columns: 65552 row tiles, more than a grid's y extent, so the grid's z
+    dimension carries the rest (host and device splits)."""
+    splits = [65536 * 64 - 1024, 2048]
+    n = 16
+    data, scales, amax = random_nvfp4_buffers(
+        splits, n, rng, columnwise=columnwise, device_bound=True
+    )
+    ref = recipe_reference.nvfp4_group_dequantize(
+        data, scales, amax, splits, n, columnwise=columnwise
+    )
+    for s in (tuple(splits), _device_splits(splits)):
+        args = (data.cuda(), scales.cuda(), amax.cuda(), s, n, columnwise, False, False, 0)
+        dequant._check_nvfp4_dequantize(*args, torch.bfloat16)
+        with poisoned_outputs():
+            (got,) = dequant.nvfp4_group_dequantize_impl(*args, torch.bfloat16)
+        assert_same_bits(got, ref, f"65552 row tiles, device splits: {torch.is_tensor(s)}")
+
+
 def test_nvfp4_amax_extremes(rng):
     """Group amaxes 0, inf, NaN, FLT_MAX and a tiny one (S_dec subnormal products)."""
     splits = [64, 32, 48, 16, 128]

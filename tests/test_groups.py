@@ -76,16 +76,22 @@ def test_fast_split_validation_agrees_with_the_loop(splits):
 
 def test_tile_records_match_the_tables():
     """One record per 64-row tile (group, group's first row, group's rows, tile within the
-    group), in tile order, skipping empty groups; on the device right after the tables."""
+    group), in tile order, skipping empty groups; on the device right after the tables, then
+    one scale record per tile (the group's first row-scale row and column-scale column)."""
     splits = (0, 16, 130 // 16 * 16, 64, 0, 272)
     t = groups.host_tables(splits)
-    want = []
-    row0 = 0
+    want, want_scales = [], []
+    row0 = rscale = cscale = 0
     for g, s in enumerate(splits):
         want += [[g, row0, s, k] for k in range(-(-s // 64))]
+        want_scales += [[rscale, cscale]] * -(-s // 64)
         row0 += s
+        rscale += -(-s // 128) * 128
+        cscale += -(-(s // 16) // 4) * 4
     assert groups.host_tile_records(t).tolist() == want
     assert groups.host_tile_records(groups.host_tables((0, 0))).shape == (0, 4)
+    assert groups.host_scale_records(t).tolist() == want_scales
+    assert groups.host_scale_records(groups.host_tables((0, 0))).shape == (0, 2)
 
     cpu = torch.device("cpu")
     plain = groups.prepare_groups(list(splits), sum(splits), cpu)
@@ -93,7 +99,9 @@ def test_tile_records_match_the_tables():
     layout = groups.prepare_groups(list(splits), sum(splits), cpu, tile_records=True)
     buf = layout.tile_tables  # built on first use, for the entry cached without them
     assert torch.equal(buf[: t.numel()].view(t.shape), t)
-    assert buf[t.numel() :].view(-1, 4).tolist() == want
+    records = buf[t.numel() :]
+    assert records[: 4 * len(want)].view(-1, 4).tolist() == want
+    assert records[4 * len(want) :].view(-1, 2).tolist() == want_scales
     again = groups.prepare_groups(tuple(splits), sum(splits), cpu, tile_records=True)
     assert again.tile_tables is buf and torch.equal(again.tables, layout.tables)
     # a split list first seen by a call that needs the records: one buffer for both
