@@ -5,12 +5,36 @@ Covers the FP8 cases TE PR #3102's review was about (65 and 300 groups: a fixed-
 array would overflow; repeated block reductions would race) plus NVFP4 and the amax kernels,
 round-robin chunks of both casts, the amax pass's L2 hand-off walk, and the FP8 tile cast (16-bit
 inputs with both outputs, current and delayed scaling, host and device splits: the first
-section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile)."""
+section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile),
+and every dequantize kernel kind (host and device splits, both columnwise CTA orders)."""
 
 import torch
 
 import cutequant
 from cutequant.testing import grouped_input, random_splits
+
+
+def dequantize_all(x, splits):
+    """Every dequantize kernel kind on host and device splits (the device ones search the
+    tables warp by warp; the columnwise ones stage through shared memory with stmatrix), both
+    CTA orders of the columnwise ones."""
+    from cutequant import dequant
+
+    for s in (splits, torch.tensor(splits, device="cuda")):
+        for swizzled in (False, True):
+            q = cutequant.nvfp4_group_quantize(x, s, swizzled_scales=swizzled)
+            for first in (False, True):
+                dequant.COLUMNWISE_ROW_TILES_FIRST = first
+                cutequant.nvfp4_group_dequantize(q, out_dtype=torch.float32)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True, undo_rht=False)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True, out_dtype=torch.float32)
+        f = cutequant.fp8_group_quantize(x, s)
+        for first in (False, True):
+            dequant.COLUMNWISE_ROW_TILES_FIRST = first
+            cutequant.fp8_group_dequantize(f)
+            cutequant.fp8_group_dequantize(f, columnwise=True)
+    dequant.COLUMNWISE_ROW_TILES_FIRST = False
 
 
 def main():
@@ -39,6 +63,7 @@ def main():
             x, splits, rht=False, swizzled_scales=True, stochastic_rounding=True
         )
         cutequant.group_amax(x, torch.tensor(splits, device="cuda"))
+        dequantize_all(x, splits)
     # the TMA-ring FP8 cast's round-robin chunks (kernels/schedule.cta_runs): full rounds plus a
     # tail (16-bit inputs go to the tile cast unless TILE_CAST is off)
     from cutequant import amax, fp8, nvfp4
