@@ -373,21 +373,26 @@ def find_tile(
             hit = False
             if lane < 31 and lane * stride < span:
                 hit = tables[sched.ROWTILE_START, lo + lane * stride] <= row_tile
-            skip = cute.arch.popc(cute.arch.vote_ballot_sync(hit)) - 1
+            # lane 0 always hits on valid tables; the max keeps bad ones' reads in [0, G]
+            skip = cutlass.max(cute.arch.popc(cute.arch.vote_ballot_sync(hit)) - 1, 0)
             lo = lo + skip * stride
             span = cutlass.min(stride, span - skip * stride)
         idx = cutlass.min(lo + lane, num_groups)
+        # bad device splits leave only the tile total set (to 0) and the rest unordered: the
+        # total, not the search, decides whether the tile exists (then nothing is written)
+        total = tables[sched.ROWTILE_START, num_groups]
         first_tile = tables[sched.ROWTILE_START, idx]
         first_row = tables[sched.ROW_START, idx]
         first_scale = tables[scale_row, idx]
-        k = cute.arch.popc(cute.arch.vote_ballot_sync(lane < span and first_tile <= row_tile)) - 1
+        k = cute.arch.popc(cute.arch.vote_ballot_sync(lane < span and first_tile <= row_tile))
+        k = cutlass.max(k - 1, 0)
         g = lo + k
         row0 = cute.arch.shuffle_sync(first_row, k)
         # lane k + 1 <= 31 holds ROW_START[g + 1] whenever g < G (then lo + k + 1 <= G)
         group_rows = cute.arch.shuffle_sync(first_row, k + 1) - row0
         tile_local = row_tile - cute.arch.shuffle_sync(first_tile, k)
         scale_start = cute.arch.shuffle_sync(first_scale, k)
-        if g < num_groups:
+        if row_tile < total:
             live = Int32(1)
     return live, g, row0, group_rows, tile_local, scale_start
 

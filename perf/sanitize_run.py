@@ -6,12 +6,36 @@ array would overflow; repeated block reductions would race) plus NVFP4 and the a
 round-robin chunks of both casts, the amax pass's L2 hand-off walk, the FP8 tile cast (16-bit
 inputs with both outputs, current and delayed scaling, host and device splits: the first
 section; its splits include M_g % 32 == 16 groups, whose shifted rows read the previous tile),
-the fused columnwise fake-quant and the one-launch 2D weight quantize (grid barrier)."""
+the fused columnwise fake-quant, the one-launch 2D weight quantize (grid barrier) and every
+dequantize kernel kind (host and device splits, both columnwise CTA orders)."""
 
 import torch
 
 import cutequant
 from cutequant.testing import grouped_input, random_splits
+
+
+def dequantize_all(x, splits):
+    """Every dequantize kernel kind on host and device splits (the device ones search the
+    tables warp by warp; the columnwise ones stage through shared memory with stmatrix), both
+    CTA orders of the columnwise ones."""
+    from cutequant import dequant
+
+    for s in (splits, torch.tensor(splits, device="cuda")):
+        for swizzled in (False, True):
+            q = cutequant.nvfp4_group_quantize(x, s, swizzled_scales=swizzled)
+            for first in (False, True):
+                dequant.COLUMNWISE_ROW_TILES_FIRST = first
+                cutequant.nvfp4_group_dequantize(q, out_dtype=torch.float32)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True, undo_rht=False)
+                cutequant.nvfp4_group_dequantize(q, columnwise=True, out_dtype=torch.float32)
+        f = cutequant.fp8_group_quantize(x, s)
+        for first in (False, True):
+            dequant.COLUMNWISE_ROW_TILES_FIRST = first
+            cutequant.fp8_group_dequantize(f)
+            cutequant.fp8_group_dequantize(f, columnwise=True)
+    dequant.COLUMNWISE_ROW_TILES_FIRST = False
 
 
 def main():
@@ -46,6 +70,7 @@ def main():
             x, torch.tensor(splits, device="cuda"), columnwise=True, stochastic_rounding=True
         )
         cutequant.nvfp4_fake_quantize(x, splits, columnwise=True, rht=False)
+        dequantize_all(x, splits)
     # 2D weights in one launch: phase 1, the grid barrier, phase 2 looping over items with the
     # shared transpose tile (300 experts: more items than the cooperative grid); given amax:
     # one CTA per item

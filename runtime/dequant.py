@@ -197,6 +197,11 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
     dev = data.device
     if isinstance(splits, groups.GroupLayout):
         layout = splits
+        if layout.row_tiles >= 0 and layout.tile_tables is None:
+            # host tables: the kernels read the tile and scale records after them
+            layout = groups.prepare_groups(
+                layout.host_splits, m_rows, dev, tile_records=True, validated=True
+            )
     else:
         layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
     # one CTA per tile (the kernel's grid: column tiles x row tiles): with device splits an

@@ -150,25 +150,32 @@ def test_columnwise_staging_tile(out_dtype):
     assert len(seen) == m.TILE_ROWS * m.CHUNKS
 
 
-def _warp_search(starts: list, row_tile: int):
+def _warp_search(starts: list, row_tile: int, ordered: bool = True):
     """``find_tile``'s device-split search, lane by lane: (group, lane k's table index, lane
-    k + 1's)."""
+    k + 1's). Every table index it reads is in [0, G], ordered tables or not."""
     g_count = len(starts) - 1
+
+    def read(i):
+        assert 0 <= i <= g_count
+        return starts[i]
+
     lo, span = 0, g_count + 1
     while span > 31:
         stride = (span + 30) // 31
         ballot = [
-            ln < 31 and ln * stride < span and starts[lo + ln * stride] <= row_tile
+            ln < 31 and ln * stride < span and read(lo + ln * stride) <= row_tile
             for ln in range(32)
         ]
-        skip = sum(ballot) - 1
-        assert skip >= 0 and all(ballot[: skip + 1])  # the hits are a prefix of the lanes
+        skip = max(sum(ballot) - 1, 0)
+        # ordered: lane 0 re-reads the entry the last round chose, the hits are a prefix
+        assert (ballot[0] and all(ballot[: skip + 1])) or not ordered
         lo += skip * stride
         span = min(stride, span - skip * stride)
     idx = [min(lo + ln, g_count) for ln in range(32)]
-    ballot = [ln < span and starts[idx[ln]] <= row_tile for ln in range(32)]
-    k = sum(ballot) - 1
-    assert k >= 0 and all(ballot[: k + 1]) and k + 1 <= 31
+    ballot = [ln < span and read(idx[ln]) <= row_tile for ln in range(32)]
+    k = max(sum(ballot) - 1, 0)
+    assert k + 1 <= 31
+    assert (ballot[0] and all(ballot[: k + 1])) or not ordered
     return lo + k, idx[k], idx[k + 1]
 
 
@@ -189,3 +196,15 @@ def test_device_split_search(groups):
         want = max(i for i in range(groups) if starts[i] <= row_tile)  # skips empty groups
         assert g == want and starts[g] <= row_tile < starts[g + 1]
         assert (at, after) == (g, g + 1)  # the row and scale starts come from these lanes
+
+
+@pytest.mark.parametrize("groups", [5, 300, 5000])
+def test_device_split_search_on_bad_tables(groups):
+    """Bad device splits: the table kernel sets only the tile total (to 0), the other starts
+    may be anything. The search reads only table entries and the kernel's tile test is
+    row_tile < total, so no CTA has a tile."""
+    rng = random.Random(groups)
+    starts = [0] + [rng.randrange(0, 1000) for _ in range(groups - 1)] + [0]
+    for row_tile in rng.sample(range(1200), 300):
+        _warp_search(starts, row_tile, ordered=False)
+        assert not row_tile < starts[-1]

@@ -198,6 +198,35 @@ def test_nvfp4_more_than_65535_row_tiles(columnwise, rng):
         assert_same_bits(got, ref, f"65552 row tiles, device splits: {torch.is_tensor(s)}")
 
 
+def test_bad_device_splits_write_nothing(rng):
+    """Device splits that do not sum to M: the table kernel flags them and zeroes the tile
+    total; every dequantize kernel then leaves its output untouched (the other table entries
+    are unordered: the kernels' warp search must stay inside the tables and find no tile)."""
+    from cutequant.testing import POISON_BYTE
+
+    n = 256
+    splits = [64, 48, 16, 32, 0, 96]  # the buffers' 256 rows
+    bad = _device_splits([64, 48, 16, 32, 17, 96])  # 17: not a multiple of 16, sum 273
+    for columnwise, undo_rht in NVFP4_MODES:
+        data, scales, amax = random_nvfp4_buffers(
+            splits, n, rng, columnwise=columnwise, device_bound=True
+        )
+        args = (data.cuda(), scales.cuda(), amax.cuda(), bad, n, columnwise, False, undo_rht)
+        with poisoned_outputs():
+            (got,) = dequant.nvfp4_group_dequantize_impl(*args, SIGN_MASK, torch.bfloat16)
+        assert (got.view(torch.uint8) == POISON_BYTE).all(), (columnwise, undo_rht)
+    for columnwise in (False, True):
+        data = random_fp8_bytes(sum(splits) * n, rng, torch.float8_e4m3fn).cuda()
+        if not columnwise:
+            data = data.view(-1, n)
+        scale_inv = torch.ones(len(splits), device="cuda")
+        with poisoned_outputs():
+            (got,) = dequant.fp8_group_dequantize_impl(
+                data, scale_inv, bad, n, columnwise, torch.bfloat16
+            )
+        assert (got.view(torch.uint8) == POISON_BYTE).all(), columnwise
+
+
 def test_nvfp4_amax_extremes(rng):
     """Group amaxes 0, inf, NaN, FLT_MAX and a tiny one (S_dec subnormal products)."""
     splits = [64, 32, 48, 16, 128]
