@@ -198,9 +198,9 @@ class GroupLayout:
     # device splits: byte offset of the [4, G + 1] tables in ``tables`` (the call's buffer
     # holds the snapshot first)
     tables_offset: int = 0
-    # host splits seen for the first time: ``tables`` (and ``tile_tables``) are this call's
-    # own, copied on the stream right before its kernels (not cached, never read before the
-    # kernels' wait for the work ahead of them)
+    # host splits seen for the first time (or during a CUDA-graph capture): ``tables`` are this
+    # call's own, copied on the stream right before its kernels (not cached, no tile records,
+    # never read before the kernels' wait for the work ahead of them)
     per_call_tables: bool = False
 
     def tables_addr(self) -> int:
@@ -420,7 +420,8 @@ def prepare_groups(
 
     ``poison`` (fp32, device): outputs set to NaN if device-side validation fails.
     ``tile_records``: with host splits, also ``layout.tile_tables`` (the tables followed by
-    ``host_tile_records``), built once per split list and cached with the tables.
+    ``host_tile_records``), built once per cached split list and cached with the tables (a
+    first call's own tables have none: ``row_tiles`` is -1 and the kernels search the tables).
     Host splits: a list seen for the first time gets tables of the call's own
     (``_per_call_layout``: asynchronous, nothing waits); from its second call on the layout is
     cached and shared by every call with the same split list (it is never modified), and a
