@@ -99,6 +99,18 @@ def test_list_prints_every_variant_once(capsys):
     assert "nvfp4_quantize rht=false swizzled=true" in lines
 
 
+def test_list_into_a_closed_pipe_stops_quietly():
+    """`cutequant list | head -1`: the reader is gone before the first line is written (closed
+    at once; unbuffered, so the first print meets it): no traceback, the SIGPIPE status."""
+    code = "import sys; from cutequant import cli; sys.exit(cli.main())"
+    proc = subprocess.Popen(
+        [sys.executable, "-u", "-c", code, "list"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 141 and "Traceback" not in err, err
+
+
 def test_list_options_match_show_kernel(capsys):
     rc, out, _ = run_cli(capsys, "list", "--options")
     assert rc == 0
