@@ -68,6 +68,29 @@ def _check_fake_quantize(
     return m_rows, n_cols, num_groups
 
 
+def _amax_and_layout(x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream):
+    """(layout, the fp32 [G] amax the kernel reads) for a fake-quant call: a given ``amax`` is
+    copied (the op returns that copy); else the grouped amax pass computes row and column amax
+    (post-RHT with ``rht``) and the vector of the kernel's direction is returned: the column
+    one with ``rht`` or a columnwise call, else the row one (a view; the op copies it)."""
+    m_rows = x.shape[0]
+    dev = x.device
+    if amax is not None:
+        return groups.prepare_groups(splits, m_rows, dev, tile_records=True), amax.clone()
+    amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
+    amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
+    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
+    launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch, stream=stream)
+    return layout, amax_buf
+
+
+def _tile_grid(layout, m_rows: int, n_cols: int, num_groups: int, tile_cols: int) -> int:
+    """One CTA per (64-row tile, column tile): with per-call or device tables an upper bound of
+    the row tiles (each group adds at most one partial tile; CTAs past the last tile exit)."""
+    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
+    return row_tiles * -(-n_cols // tile_cols)
+
+
 def nvfp4_fake_quantize_rows_impl(
     x: torch.Tensor,
     splits,
@@ -83,32 +106,15 @@ def nvfp4_fake_quantize_rows_impl(
     m_rows, n_cols = x.shape
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
-    stream = torch.cuda.current_stream(dev)
+    arch = _launch.device_arch(dev)
+    stream = _launch.raw_stream(dev)
+    layout, amax_row = _amax_and_layout(x, splits, amax, num_groups, False, 0, arch, stream)
     if amax is None:
-        amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-        layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
-        launch_group_amax(
-            x,
-            layout,
-            amax_buf,
-            rht=False,
-            sign_mask=0,
-            arch=_launch.device_arch(dev),
-            stream=stream,
-        )
-        amax_row = amax_buf[0]
-    else:
-        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
-        amax_row = amax.clone()
+        amax_row = amax_row[0]
     y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
-    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
-    num_ctas = row_tiles * -(-n_cols // TILE_COLS)
+    num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
-        spec = FakeQuantRowsSpec(
-            arch=_launch.device_arch(dev),
-            stochastic=stochastic_rounding,
-            out_dtype=FAKE_DTYPES[out_dtype],
-        )
+        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype])
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -150,19 +156,11 @@ def nvfp4_fake_quantize_columnwise_impl(
     arch = _launch.device_arch(dev)
     spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype])
     stream = _launch.raw_stream(dev)
+    layout, amax_col = _amax_and_layout(x, splits, amax, num_groups, rht, sign_mask, arch, stream)
     if amax is None:
-        amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
-        amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-        layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
-        launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch,
-                          stream=stream)  # fmt: skip
-        amax_col = amax_buf[1]  # a view: the op returns a copy at storage offset 0
-    else:
-        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
-        amax_col = amax.clone()
+        amax_col = amax_col[1]  # a view: the op returns a copy at storage offset 0
     y = _launch.output_allocator((m_rows * n_cols,), out_dtype, dev)
-    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
-    num_ctas = row_tiles * -(-n_cols // FakeQuantColsSpec.TILE_COLS)
+    num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, FakeQuantColsSpec.TILE_COLS)
     if m_rows and num_ctas:
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
@@ -182,6 +180,11 @@ def nvfp4_fake_quantize_columnwise_impl(
             stream=stream,
         )
     return y, amax_col
+
+
+@functools.cache
+def _rows_spec(arch: str, stochastic: bool, out_dtype: str) -> FakeQuantRowsSpec:
+    return FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype)
 
 
 @functools.cache
