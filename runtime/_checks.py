@@ -57,3 +57,13 @@ def check_sign_mask(sign_mask) -> int:
     if not 0 <= sign_mask <= 0xFFFF:
         raise ValueError(f"sign_mask: must be a 16-bit mask in [0, 0xFFFF], got {sign_mask:#x}")
     return sign_mask
+
+
+def check_amax_vector(amax, count: int, what: str = "amax") -> None:
+    """A given per-group (or per-expert) amax: an fp32 tensor of shape (count,)."""
+    if not isinstance(amax, torch.Tensor):
+        raise TypeError(f"{what}: expected a tensor, got {type(amax).__name__}")
+    if amax.dtype != torch.float32 or tuple(amax.shape) != (count,):
+        raise ValueError(
+            f"{what}: must be float32 of shape ({count},), got {amax.dtype} {tuple(amax.shape)}"
+        )

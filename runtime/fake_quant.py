@@ -44,13 +44,7 @@ def _check_fake_quantize(
     num_groups = _num_groups(splits)
     groups.check_splits(splits, m_rows)
     if amax is not None:
-        if not isinstance(amax, torch.Tensor):
-            raise TypeError(f"amax: expected a tensor, got {type(amax).__name__}")
-        if amax.dtype != torch.float32 or tuple(amax.shape) != (num_groups,):
-            raise ValueError(
-                f"amax: must be float32 of shape ({num_groups},), got {amax.dtype} "
-                f"{tuple(amax.shape)}"
-            )
+        _checks.check_amax_vector(amax, num_groups)
     if stochastic_rounding:
         if not isinstance(rng_state, torch.Tensor):
             raise TypeError("rng_state: stochastic rounding needs an int64 [2] (seed, offset)")

@@ -115,13 +115,7 @@ def _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled, amax):
     if num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128) + num_experts > 2**31 - 1:
         raise ValueError("weights: too many tiles for one launch")
     if amax is not None:
-        if not isinstance(amax, torch.Tensor):
-            raise TypeError(f"amax: expected a tensor, got {type(amax).__name__}")
-        if amax.dtype != torch.float32 or tuple(amax.shape) != (num_experts,):
-            raise ValueError(
-                f"amax: must be float32 of shape ({num_experts},), got {amax.dtype} "
-                f"{tuple(amax.shape)}"
-            )
+        _checks.check_amax_vector(amax, num_experts)
     first = mats[0][1]
     for name, w in mats:
         _checks.check_device(w, name)
