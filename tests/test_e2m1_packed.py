@@ -133,21 +133,35 @@ def test_special_values():
     assert check_chunk(v) == 0
 
 
-@pytest.mark.parametrize("chunk", [0, 0x3E8, 0x3F0, 0x400, 0x408, 0x7F8, 0x800, 0xBE8, 0xFF8])
-def test_sampled_chunk(chunk):
-    """2^20 consecutive patterns from ``chunk << 20``: tiny values, the encoder's range around
-    0.25-8 (0x3E8-0x410), the NaN / inf edge (0x7F8) and the negative mirrors."""
-    v = (np.arange(1 << 20, dtype=np.uint64) + (chunk << 20)).astype(U32)
-    assert check_chunk(v) == 0
+# The sweep both encoder emulations run (tests/test_e2m1_value.py imports it): 2^20
+# consecutive patterns from ``chunk << 20`` for tiny values, the encoder's range around 0.25-8
+# (0x3E8-0x410), the NaN / inf edge (0x7F8) and the negative mirrors; all 2^32 on request.
+SAMPLED_CHUNKS = [0, 0x3E8, 0x3F0, 0x400, 0x408, 0x7F8, 0x800, 0xBE8, 0xFF8]
+FULL_SPACE = pytest.mark.skipif(
+    not os.environ.get("CUTEQUANT_E2M1_FULL"), reason="set CUTEQUANT_E2M1_FULL=1"
+)
 
 
-@pytest.mark.skipif(not os.environ.get("CUTEQUANT_E2M1_FULL"), reason="set CUTEQUANT_E2M1_FULL=1")
-def test_full_space():
+def sampled_patterns(chunk: int) -> np.ndarray:
+    return (np.arange(1 << 20, dtype=np.uint64) + (chunk << 20)).astype(U32)
+
+
+def full_space_mismatches(check) -> int:
+    """``check`` (patterns -> mismatches) summed over all 2^32 fp32 patterns, 2^24 at a time."""
     bad = 0
     for chunk in range(1 << 8):
-        v = (np.arange(1 << 24, dtype=np.uint64) + (chunk << 24)).astype(U32)
-        bad += check_chunk(v)
-    assert bad == 0
+        bad += check((np.arange(1 << 24, dtype=np.uint64) + (chunk << 24)).astype(U32))
+    return bad
+
+
+@pytest.mark.parametrize("chunk", SAMPLED_CHUNKS)
+def test_sampled_chunk(chunk):
+    assert check_chunk(sampled_patterns(chunk)) == 0
+
+
+@FULL_SPACE
+def test_full_space():
+    assert full_space_mismatches(check_chunk) == 0
 
 
 def test_sr_step_bits():

@@ -15,12 +15,16 @@ tests/test_e2m1_value.py -k full``. The GPU runs the real instructions over all 
 tests/test_gpu_e2m1_exhaustive.py.
 """
 
-import os
-
 import numpy as np
 import pytest
 import torch
-from test_e2m1_packed import special_patterns
+from test_e2m1_packed import (
+    FULL_SPACE,
+    SAMPLED_CHUNKS,
+    full_space_mismatches,
+    sampled_patterns,
+    special_patterns,
+)
 
 from cutequant import reference
 
@@ -65,20 +69,15 @@ def test_ties_and_signed_zero():
     assert np.array_equal(rn_value(s.view(U32)), want.view(U32))
 
 
-@pytest.mark.parametrize("chunk", [0, 0x3E8, 0x3F0, 0x400, 0x408, 0x7F8, 0x800, 0xBE8, 0xFF8])
+@pytest.mark.parametrize("chunk", SAMPLED_CHUNKS)
 def test_sampled_chunk(chunk):
-    """2^20 consecutive patterns from ``chunk << 20`` (as in tests/test_e2m1_packed.py)."""
-    v = (np.arange(1 << 20, dtype=np.uint64) + (chunk << 20)).astype(U32)
-    assert check_chunk(v) == 0
+    """The sampled sweep of tests/test_e2m1_packed.py."""
+    assert check_chunk(sampled_patterns(chunk)) == 0
 
 
-@pytest.mark.skipif(not os.environ.get("CUTEQUANT_E2M1_FULL"), reason="set CUTEQUANT_E2M1_FULL=1")
+@FULL_SPACE
 def test_full_space():
-    bad = 0
-    for chunk in range(1 << 8):
-        v = (np.arange(1 << 24, dtype=np.uint64) + (chunk << 24)).astype(U32)
-        bad += check_chunk(v)
-    assert bad == 0
+    assert full_space_mismatches(check_chunk) == 0
 
 
 def test_sr_value_of_code():
