@@ -7,6 +7,9 @@
                                                     import cutequant, then its first op
     python perf/host_overhead.py conditions         host time per op by input size, GPU busy or
                                                     idle, and the argument checks alone
+    python perf/host_overhead.py breakdown          per op: the whole call, the call with its
+                                                    launches stubbed out (Python + allocations),
+                                                    and the launches' share
 
 No synchronization inside the timed loops: what is measured is the CPU time to issue work.
 """
@@ -112,6 +115,7 @@ def primitives() -> None:
         "torch.cuda.current_stream()": lambda: torch.cuda.current_stream(dev),
         "_launch.raw_stream": lambda: _launch.raw_stream(dev),
         "torch.compiler.is_compiling()": torch.compiler.is_compiling,
+        "torch.cuda._sleep(0) (torch's own launch)": lambda: torch.cuda._sleep(0),
         "tvm-ffi launch (group tables, 8 args)": kernel,
     }
     for name, fn in cases.items():
@@ -221,6 +225,55 @@ def conditions() -> None:
             )
 
 
+def _breakdown_ops(x, splits, amax) -> dict:
+    from cutequant import dequant
+
+    q = cutequant.nvfp4_group_quantize(x, splits, amax=amax)
+    q8 = cutequant.fp8_group_quantize(x, splits)
+    scale = torch.ones(len(splits), dtype=torch.float32, device=x.device)
+    return {
+        "group_amax": lambda: cutequant.group_amax(x, splits),
+        "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
+        "nvfp4 (amax pass)": lambda: cutequant.nvfp4_group_quantize(x, splits),
+        "nvfp4 rowwise only (given amax)": lambda: cutequant.nvfp4_group_quantize(
+            x, splits, amax=amax, columnwise=False
+        ),
+        "nvfp4 dequantize rowwise": lambda: dequant.nvfp4_group_dequantize(q),
+        "fp8 current": lambda: cutequant.fp8_group_quantize(x, splits),
+        "fp8 delayed": lambda: cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=scale),
+        "fp8 dequantize rowwise": lambda: dequant.fp8_group_dequantize(q8),
+    }
+
+
+def breakdown() -> None:
+    """Per op and input: host time of the whole call, of the call with ``_launch.run`` stubbed
+    out (argument checks, layouts, allocations, Python), and the difference (the TVM-FFI
+    launches)."""
+    from cutequant import _launch
+
+    gen = torch.Generator().manual_seed(0)
+    inputs = {
+        "1024x512 / 3": ([512, 0, 512], 512),
+        "8192x2048 / 8": ([1024] * 8, 2048),
+        "65536x2048 / 256": ([256] * 256, 2048),
+    }
+    real_run = _launch.run
+    for label, (splits, n_cols) in inputs.items():
+        x = grouped_input(splits, n_cols, gen)
+        amax = torch.stack(cutequant.group_amax(x, splits))
+        for name, fn in _breakdown_ops(x, splits, amax).items():
+            whole = _cost_us(fn, 1000)
+            _launch.run = lambda spec, *args, stream: None
+            try:
+                stubbed = _cost_us(fn, 1000)
+            finally:
+                _launch.run = real_run
+            print(
+                f"{label:17s} {name:32s} whole {whole:6.1f} us  no launch {stubbed:6.1f} us  "
+                f"launches {whole - stubbed:6.1f} us"
+            )
+
+
 def main(argv) -> int:
     if argv and argv[0] == "first-call":
         first_call()
@@ -228,6 +281,8 @@ def main(argv) -> int:
         primitives()
     elif argv and argv[0] == "conditions":
         conditions()
+    elif argv and argv[0] == "breakdown":
+        breakdown()
     else:
         profile(argv[1:] if argv and argv[0] == "profile" else argv)
     return 0
