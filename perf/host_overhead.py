@@ -240,7 +240,9 @@ def _breakdown_ops(x, splits, amax) -> dict:
         ),
         "nvfp4 dequantize rowwise": lambda: dequant.nvfp4_group_dequantize(q),
         "fp8 current": lambda: cutequant.fp8_group_quantize(x, splits),
-        "fp8 delayed": lambda: cutequant.fp8_group_quantize(x, splits, scaling="delayed", scale=scale),
+        "fp8 delayed": lambda: cutequant.fp8_group_quantize(
+            x, splits, scaling="delayed", scale=scale
+        ),
         "fp8 dequantize rowwise": lambda: dequant.fp8_group_dequantize(q8),
     }
 

@@ -7,7 +7,7 @@ import os
 
 import torch
 
-from cutequant import jit
+from cutequant import jit, replay
 
 # CUDA capability -> the arch cutequant compiles for it. sm_90a is tested on hardware; sm_100a
 # and sm_120a are compile-checked only (README, Hardware). Arch-specific ("a") cubins run on
@@ -125,6 +125,9 @@ def run(spec, *args, stream):
     if not isinstance(stream, int):
         stream = stream.cuda_stream
     fn(*args, stream)
+    launches = replay.recorder()
+    if launches is not None:
+        launches.append((fn, args, stream))
 
 
 def grid_size(spec, device: torch.device) -> int:

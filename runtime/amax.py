@@ -8,7 +8,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups
+from cutequant import _checks, _launch, groups, replay
 from cutequant.codegen.specs import GroupAmaxSpec
 
 DEFAULT_SIGN_MASK = 0xD7E8
@@ -31,8 +31,23 @@ def group_amax(
         from cutequant import ops
 
         return ops.group_amax_traced(x, splits, rht, sign_mask)
+    key = replay.call_key(x, splits, (rht, sign_mask))
+    if key is not None:
+        hit = _RECORDS.get(key)
+        if hit is not None and replay.x_ok(x):  # replay.py: the checked call's launches again
+            record, shape = hit
+            amax = _launch.output_allocator(shape, torch.float32, x.device)
+            record.launch((x, amax))
+            return tuple(amax.unbind(0))
     m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
-    return tuple(run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch).unbind(0))
+    with replay.recording() as launches:
+        amax, layout = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
+    if key is not None and replay.recordable(layout, m_rows):
+        _RECORDS.put(key, (replay.Replay(launches, [x, amax]), (2, num_groups)))
+    return tuple(amax.unbind(0))
+
+
+_RECORDS = replay.CallMemo()  # group_amax's replayable calls (replay.py)
 
 
 _IN_DTYPE_LIST = tuple(IN_DTYPES)
@@ -54,14 +69,15 @@ def check_group_amax(x, splits, rht, sign_mask):
     return m_rows, num_groups, splits if host is None else host, arch
 
 
-def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch) -> torch.Tensor:
-    """fp32 [2, G] (row, col) amax of validated arguments (``check_group_amax``'s)."""
+def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch):
+    """(fp32 [2, G] (row, col) amax, the call's layout) of validated arguments
+    (``check_group_amax``'s)."""
     amax = new_amax(2, num_groups, m_rows, x.device)
     layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax, validated=True)
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
     )
-    return amax
+    return amax, layout
 
 
 def _num_groups(splits) -> int:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from cutequant import _launch
+from cutequant import _launch, replay
 from cutequant.codegen.specs import GroupTablesSpec
 from cutequant.kernels import pdl
 
@@ -111,7 +111,8 @@ def host_totals(values: tuple[int, ...]) -> tuple[int, int, int, int]:
 def _retire(*items) -> None:
     """Before an evicted cache entry's device buffers are freed: they were made on the runtime
     stream (``persistent``), so their memory must first wait for the current stream's kernels,
-    which may still read them."""
+    which may still read them. Replay records (replay.py) may point at them: all are dropped."""
+    replay.invalidate()
     for item in items:
         if isinstance(item, GroupLayout):
             item = [item.tables, item.tile_tables]
@@ -387,6 +388,7 @@ def workspace(device: torch.device, num_groups: int, stream) -> Workspace:
             )
             if key in _WORKSPACES:  # kernels on the stream may still use the old one
                 _RETIRED.append(_WORKSPACES[key])
+                replay.invalidate()  # records of calls that used the old one
             _WORKSPACES[key] = ws
     return ws
 

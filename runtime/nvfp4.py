@@ -7,7 +7,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups
+from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import Nvfp4QuantizeSpec
 
@@ -256,20 +256,64 @@ def nvfp4_group_quantize(
             x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
             stochastic_rounding, rng_state, amax_estimation_scale,
         )  # fmt: skip
+    key = None
+    # no record for stochastic rounding without a given state (a fresh state per call)
+    if (amax is None or amax.__class__ is torch.Tensor) and (
+        rng_state.__class__ is torch.Tensor if stochastic_rounding is True else rng_state is None
+    ):
+        flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
+                 stochastic_rounding, amax_estimation_scale, _signature(amax),
+                 _signature(rng_state))  # fmt: skip
+        key = replay.call_key(x, splits, flags)
+    if key is not None:
+        hit = _RECORDS.get(key)
+        if (
+            hit is not None
+            and replay.x_ok(x)
+            and (amax is None or amax.is_contiguous())
+            and (rng_state is None or rng_state.is_contiguous())
+        ):  # replay.py: the checked call's launches again
+            record, total, spans, layout = hit
+            dev = x.device
+            if amax is None:
+                amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
+            outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+            record.launch((x, amax, outputs.buf, rng_state))
+            return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
+                           swizzled_scales, fast_math)  # fmt: skip
     m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
         x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
         stochastic_rounding, rng_state, amax_estimation_scale,
     )  # fmt: skip
-    outputs, amax, layout, rng_state = run_quantize(
-        x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
-        swizzled_scales, fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
-        groups.PackedOutputs,
-    )  # fmt: skip
+    with replay.recording() as launches:
+        outputs, amax, layout, rng_state = run_quantize(
+            x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
+            swizzled_scales, fast_math, amax, stochastic_rounding, rng_state,
+            amax_estimation_scale, groups.PackedOutputs,
+        )  # fmt: skip
+    if key is not None and replay.recordable(layout, m_rows):
+        bases = [x, amax, outputs.buf, rng_state]
+        total = outputs.buf.numel()
+        _RECORDS.put(key, (replay.Replay(launches, bases), total, outputs.spans, layout))
+    return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
+                   swizzled_scales, fast_math)  # fmt: skip
+
+
+_RECORDS = replay.CallMemo()  # nvfp4_group_quantize's replayable calls (replay.py)
+_U8 = torch.uint8
+
+
+def _signature(t) -> tuple | None:
+    """What the checks look at of an optional tensor argument (its contiguity aside)."""
+    return None if t is None else (t.shape, t.dtype, t.device)
+
+
+def _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask, swizzled, fast_math):
     return Nvfp4GroupedTensor(
-        n_cols=n_cols,
+        n_cols=x.shape[1],
         outputs=outputs,
         amax=amax,
-        swizzled_scales=swizzled_scales,
+        swizzled_scales=swizzled,
         rht=rht and columnwise,
         sign_mask=sign_mask,
         fast_math=fast_math,

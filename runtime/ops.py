@@ -87,7 +87,7 @@ def group_amax_op(
     """fp32 [2, G]: (row amax, column amax) per group."""
     splits = _splits(device_splits, host_splits)
     m_rows, num_groups, splits, arch = _amax.check_group_amax(x, splits, rht, sign_mask)
-    return _amax.run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
+    return _amax.run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)[0]
 
 
 @group_amax_op.register_fake

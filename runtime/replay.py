@@ -1,0 +1,161 @@
+"""Replay of a checked call's launches: the eager fast path of the public ops (issue 18).
+
+A call's host time is mostly Python: argument checks, split-list hashing, layout and spec
+lookups, argument assembly (perf/host_overhead.py ``breakdown``: 18-45 us of a 26-70 us call on
+an H200 host, the TVM-FFI launches 6-8 us each). Yet from one call to the next with the same
+shapes, flags, split list and stream, only the tensors' addresses change. So the first such
+call runs the checked path and *records* its launches (``recording``); the next ones look up
+the record by a key of everything the checks looked at (``CallMemo``), re-check what the key
+cannot hold (contiguity, alignment), allocate the outputs and relaunch the recorded kernels with
+the new addresses (``Replay``).
+
+Which launch arguments are addresses of the call's own tensors is found by value: an integer
+argument inside one of the call's tensors (x, the outputs, a given amax or scale) is stored as
+(tensor, byte offset); every other argument (sizes, flags, the runtime's tables, counters and
+workspaces) is replayed as recorded. Runtime buffers a record refers to must outlive it: the
+split tables are held by the record's layout; counters and dummies live as long as the process;
+anything the runtime replaces (a grown workspace, an evicted layout) bumps ``generation`` and
+every record made before is dropped.
+
+Not recorded: calls whose tables are their own (a split list seen for the first time, device
+splits), stochastic rounding without a given ``rng_state`` (a fresh state per call) and calls
+with no rows; those always take the checked path.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import torch
+
+# Bumped by the runtime whenever a buffer a record may refer to is replaced or may be freed.
+generation = 0
+
+
+def invalidate() -> None:
+    """Drop every record (a runtime buffer was replaced)."""
+    global generation
+    generation += 1
+
+
+_LOCAL = threading.local()
+
+
+class recording:
+    """Context: collect the ``_launch.run`` calls made inside it, as (fn, args, stream)."""
+
+    def __enter__(self) -> list:
+        self.launches = []
+        _LOCAL.launches = self.launches
+        return self.launches
+
+    def __exit__(self, *exc) -> None:
+        _LOCAL.launches = None
+
+
+def recorder() -> list | None:
+    """The list the current thread's launches are recorded into, or None."""
+    return getattr(_LOCAL, "launches", None)
+
+
+# Device addresses are above 4 GiB on every CUDA platform (UVA); sizes and flags are far below.
+_MIN_ADDRESS = 1 << 32
+
+
+class Replay:
+    """Recorded launches whose arguments point into the call's tensors (``bases``, in the order
+    the caller passes them to ``launch``)."""
+
+    __slots__ = ("launches", "generation")
+
+    def __init__(self, launches: list, bases: list[torch.Tensor | None]):
+        spans = [
+            (t.data_ptr(), t.numel() * t.element_size())
+            for t in bases
+            if t is not None and t.numel() > 0
+        ]
+        index = [i for i, t in enumerate(bases) if t is not None and t.numel() > 0]
+        self.launches = []
+        for fn, args, stream in launches:
+            slots = []
+            for i, a in enumerate(args):
+                if type(a) is int and a >= _MIN_ADDRESS:
+                    for b, (p, n) in zip(index, spans, strict=True):
+                        if p <= a < p + n:
+                            slots.append((i, b, a - p))
+                            break
+            self.launches.append((fn, list(args), tuple(slots), stream))
+        self.generation = generation
+
+    def launch(self, bases: tuple) -> None:
+        """Relaunch with the addresses of ``bases`` (same order and meaning as recorded)."""
+        for fn, args, slots, stream in self.launches:
+            if slots:
+                args = args.copy()
+                for i, b, off in slots:
+                    args[i] = bases[b].data_ptr() + off
+            fn(*args, stream)
+
+
+class CallMemo:
+    """Records of one op, by call key; bounded (cleared when full: keys are per shape, split
+    list, flags and stream, of which a training loop has a handful)."""
+
+    __slots__ = ("entries",)
+    LIMIT = 512
+
+    def __init__(self):
+        self.entries: dict = {}
+
+    def get(self, key):
+        hit = self.entries.get(key)
+        if hit is not None and hit[0].generation != generation:
+            self.entries.pop(key, None)
+            return None
+        return hit
+
+    def put(self, key, value) -> None:
+        if len(self.entries) >= self.LIMIT:
+            self.entries.clear()
+        self.entries[key] = value
+
+
+def plain_splits(splits) -> tuple | None:
+    """``splits`` as a tuple when it is a host list / tuple of plain ints (the only kind the
+    records are keyed by: ``1.0 == 1`` and ``True == 1`` hash alike, so anything else takes the
+    checked path, which names what is wrong)."""
+    cls = splits.__class__
+    if cls is not list and cls is not tuple:
+        return None
+    if type(sum(splits)) is not int:  # a float anywhere
+        return None
+    if 0 in splits and not all(type(v) is int for v in splits):  # False == 0
+        return None
+    # True == 1 is no valid split, so no record is keyed by a list that equals one with a True
+    return splits if cls is tuple else tuple(splits)
+
+
+def call_key(x, splits, flags: tuple) -> tuple | None:
+    """The record key of a call on ``x`` (a CUDA tensor) with host ``splits`` and the op's
+    other arguments ``flags`` (hashable; their types are part of the key, so that ``1`` never
+    stands for ``True``); None when the call cannot have a record."""
+    if x.__class__ is not torch.Tensor or not x.is_cuda:
+        return None
+    values = plain_splits(splits)
+    if values is None:
+        return None
+    dev = x.device
+    stream = torch._C._cuda_getCurrentRawStream(dev.index)
+    return (x.shape, x.dtype, dev, stream, values, flags, tuple(map(type, flags)))
+
+
+def recordable(layout, m_rows: int) -> bool:
+    """Whether a call with this layout may be replayed: it has rows and its tables are the
+    runtime's cached ones (not a first sighting's or device splits' own)."""
+    return m_rows > 0 and layout.host_totals is not None and not layout.per_call_tables
+
+
+def x_ok(x) -> bool:
+    """What a record's key cannot hold about x: it is a plain, contiguous, 16-byte-aligned
+    tensor (the dtype, shape and device are in the key)."""
+    return x.__class__ is torch.Tensor and x.is_contiguous() and not x.data_ptr() % 16

@@ -1,0 +1,176 @@
+"""GPU: the eager fast path (runtime/replay.py). A call whose key (shapes, dtypes, flags, host
+split list, stream) was seen with cached tables relaunches the recorded kernels with the new
+tensors' addresses instead of running the checks again. Its outputs must be bit-identical to
+the checked path's, every byte written (poisoned outputs), on fresh inputs; arguments the key
+cannot hold (contiguity, alignment) must still be checked; and a record must never outlive the
+runtime buffers it points at."""
+
+import pytest
+import torch
+
+import cutequant
+from cutequant import amax as amax_mod
+from cutequant import fp8, groups, nvfp4, replay
+from cutequant.testing import grouped_input, poisoned_outputs, random_splits
+
+pytestmark = pytest.mark.gpu
+
+N_COLS = 512
+
+
+def _bytes(t) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8).reshape(-1).cpu()
+
+
+def _nvfp4_parts(res) -> dict:
+    names = ("row_data", "row_scales", "col_data", "col_scales")
+    out = {k: getattr(res, k) for k in names if getattr(res, k) is not None}
+    out["amax"] = res._amax
+    return out
+
+
+def _fp8_parts(res) -> dict:
+    out = {"amax": res._amax, "scales": res._outputs.get("scales")}
+    for k in ("row_data", "col_data"):
+        if getattr(res, k) is not None:
+            out[k] = getattr(res, k)
+    return out
+
+
+def _checked(fn):
+    """``fn()`` on the checked path (no record is looked up or made)."""
+    saved = replay.call_key
+    replay.call_key = lambda *a: None
+    try:
+        return fn()
+    finally:
+        replay.call_key = saved
+
+
+class _NoChecks:
+    """Within the block, the ops' checked paths raise: only a replay can succeed."""
+
+    def __enter__(self):
+        self.saved = (amax_mod.check_group_amax, nvfp4.check_quantize, fp8.check_fp8_quantize)
+
+        def boom(*a, **k):
+            raise AssertionError("the checked path ran; expected a replay")
+
+        amax_mod.check_group_amax = nvfp4.check_quantize = fp8.check_fp8_quantize = boom
+
+    def __exit__(self, *exc):
+        amax_mod.check_group_amax, nvfp4.check_quantize, fp8.check_fp8_quantize = self.saved
+
+
+def _cases(splits, amax, rng_state, scale):
+    q = cutequant.nvfp4_group_quantize
+    f = cutequant.fp8_group_quantize
+    return {
+        "group_amax": (lambda x: dict(zip("rc", cutequant.group_amax(x, splits), strict=True))),
+        "group_amax_no_rht": (
+            lambda x: dict(zip("rc", cutequant.group_amax(x, splits, rht=False), strict=True))
+        ),
+        "nvfp4": lambda x: _nvfp4_parts(q(x, splits)),
+        "nvfp4_given_amax": lambda x: _nvfp4_parts(q(x, splits, amax=amax)),
+        "nvfp4_rowwise_swizzled": lambda x: _nvfp4_parts(
+            q(x, splits, columnwise=False, swizzled_scales=True)
+        ),
+        "nvfp4_columnwise_fast_math": lambda x: _nvfp4_parts(
+            q(x, splits, rowwise=False, fast_math=True)
+        ),
+        "nvfp4_estimated": lambda x: _nvfp4_parts(q(x, splits, amax_estimation_scale=2.0)),
+        "nvfp4_sr_given_state": lambda x: _nvfp4_parts(
+            q(x, splits, stochastic_rounding=True, rng_state=rng_state)
+        ),
+        "fp8_current": lambda x: _fp8_parts(f(x, splits)),
+        "fp8_delayed": lambda x: _fp8_parts(f(x, splits, scaling="delayed", scale=scale)),
+        "fp8_rowwise_e5m2": lambda x: _fp8_parts(
+            f(x, splits, fp8_dtype=torch.float8_e5m2, columnwise=False)
+        ),
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_replay_is_bit_identical(seed):
+    gen = torch.Generator().manual_seed(seed)
+    g = 5 + seed * 40
+    splits = random_splits(g, 64 * g, gen, zero_at=("front", "middle", "end"))
+    x = grouped_input(splits, N_COLS, gen)
+    amax = torch.stack(cutequant.group_amax(x, splits))
+    rng_state = torch.tensor([1234 + seed, 99], dtype=torch.int64, device="cuda")
+    scale = torch.rand(g, generator=gen).add(0.5).cuda()
+    for name, op in _cases(splits, amax, rng_state, scale).items():
+        for _ in range(3):  # first sighting, cached (recorded), replay
+            op(x)
+        fresh = grouped_input(splits, N_COLS, gen)
+        want = _checked(lambda op=op, fresh=fresh: op(fresh))
+        with poisoned_outputs(), _NoChecks():
+            got = op(fresh)
+        assert got.keys() == want.keys(), name
+        for k in want:
+            assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
+
+
+def test_replay_still_checks_what_the_key_cannot_hold():
+    gen = torch.Generator().manual_seed(7)
+    splits = [128, 0, 256]
+    x = grouped_input(splits, N_COLS, gen)
+    amax = torch.stack(cutequant.group_amax(x, splits))
+    for _ in range(3):
+        cutequant.nvfp4_group_quantize(x, splits, amax=amax)
+        cutequant.group_amax(x, splits)
+    wide = grouped_input(splits, 2 * N_COLS, gen)
+    strided = wide[:, ::2]  # same shape and dtype as x, not contiguous
+    with pytest.raises(ValueError, match="x: must be contiguous"):
+        cutequant.group_amax(strided, splits)
+    with pytest.raises(ValueError, match="x: must be contiguous"):
+        cutequant.nvfp4_group_quantize(strided, splits, amax=amax)
+    # a non-contiguous given amax is accepted (copied) by the checked path: same result
+    loose = torch.empty(amax.shape[1], 2, device="cuda").t()
+    loose.copy_(amax)
+    want = _nvfp4_parts(cutequant.nvfp4_group_quantize(x, splits, amax=amax))
+    got = _nvfp4_parts(cutequant.nvfp4_group_quantize(x, splits, amax=loose))
+    for k in ("row_data", "row_scales", "col_data", "col_scales"):
+        assert torch.equal(_bytes(got[k]), _bytes(want[k])), k
+    with pytest.raises((TypeError, ValueError), match="splits"):
+        cutequant.group_amax(x, [128.0, 0.0, 256.0])
+    with pytest.raises(TypeError, match="rht"):
+        cutequant.group_amax(x, splits, rht=1)
+
+
+def test_replay_follows_the_stream():
+    """A record is per stream: a call on a side stream gets its own (its launch counter and
+    ordering), and its result is right after the side stream's earlier work."""
+    gen = torch.Generator().manual_seed(3)
+    splits = [256, 128]
+    x = grouped_input(splits, N_COLS, gen)
+    for _ in range(3):
+        want = cutequant.group_amax(x, splits)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = torch.empty_like(x)
+        for _ in range(4):
+            y.copy_(x)  # on the side stream, before the op reads y
+            got = cutequant.group_amax(y, splits)
+    torch.cuda.current_stream().wait_stream(side)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_records_are_dropped_when_runtime_buffers_are_replaced():
+    gen = torch.Generator().manual_seed(5)
+    splits = [64, 64]
+    x = grouped_input(splits, N_COLS, gen)
+    for _ in range(3):
+        cutequant.group_amax(x, splits)
+    key = replay.call_key(x, splits, (True, amax_mod.DEFAULT_SIGN_MASK))
+    assert amax_mod._RECORDS.get(key) is not None
+    groups._retire()  # what evicting a layout or growing a workspace does
+    assert amax_mod._RECORDS.get(key) is None
+    want = cutequant.group_amax(x, splits)  # checked again, recorded again
+    assert amax_mod._RECORDS.get(key) is not None
+    with _NoChecks():
+        got = cutequant.group_amax(x, splits)
+    for a, b in zip(got, want, strict=True):
+        assert torch.equal(a, b)
