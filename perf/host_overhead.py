@@ -248,10 +248,11 @@ def _breakdown_ops(x, splits, amax) -> dict:
 
 
 def breakdown() -> None:
-    """Per op and input: host time of the whole call, of the call with ``_launch.run`` stubbed
-    out (argument checks, layouts, allocations, Python), and the difference (the TVM-FFI
-    launches)."""
-    from cutequant import _launch
+    """Per op and input, host time of: the checked path (``replay.enabled`` off), the eager
+    path (a replay of the recorded launches where the call has a record, runtime/replay.py),
+    and the eager path with its launches stubbed out (what is left is Python and allocations;
+    launches = eager - stubbed)."""
+    from cutequant import _launch, replay
 
     gen = torch.Generator().manual_seed(0)
     inputs = {
@@ -259,20 +260,26 @@ def breakdown() -> None:
         "8192x2048 / 8": ([1024] * 8, 2048),
         "65536x2048 / 256": ([256] * 256, 2048),
     }
-    real_run = _launch.run
+    real_run, real_launch = _launch.run, replay.Replay.launch
     for label, (splits, n_cols) in inputs.items():
         x = grouped_input(splits, n_cols, gen)
         amax = torch.stack(cutequant.group_amax(x, splits))
         for name, fn in _breakdown_ops(x, splits, amax).items():
-            whole = _cost_us(fn, 1000)
+            replay.enabled = False
+            try:
+                checked = _cost_us(fn, 1000)
+            finally:
+                replay.enabled = True
+            eager = _cost_us(fn, 1000)
             _launch.run = lambda spec, *args, stream: None
+            replay.Replay.launch = lambda self, bases: None
             try:
                 stubbed = _cost_us(fn, 1000)
             finally:
-                _launch.run = real_run
+                _launch.run, replay.Replay.launch = real_run, real_launch
             print(
-                f"{label:17s} {name:32s} whole {whole:6.1f} us  no launch {stubbed:6.1f} us  "
-                f"launches {whole - stubbed:6.1f} us"
+                f"{label:17s} {name:32s} checked {checked:6.1f} us  eager {eager:6.1f} us  "
+                f"no launch {stubbed:6.1f} us  launches {eager - stubbed:5.1f} us"
             )
 
 

@@ -24,9 +24,13 @@ with no rows; those always take the checked path.
 
 from __future__ import annotations
 
+import os
 import threading
 
 import torch
+
+# ``CUTEQUANT_REPLAY=0`` turns the fast path off (every call takes the checked path).
+enabled = os.environ.get("CUTEQUANT_REPLAY", "1") != "0"
 
 # Bumped by the runtime whenever a buffer a record may refer to is replaced or may be freed.
 generation = 0
@@ -139,7 +143,7 @@ def call_key(x, splits, flags: tuple) -> tuple | None:
     """The record key of a call on ``x`` (a CUDA tensor) with host ``splits`` and the op's
     other arguments ``flags`` (hashable; their types are part of the key, so that ``1`` never
     stands for ``True``); None when the call cannot have a record."""
-    if x.__class__ is not torch.Tensor or not x.is_cuda:
+    if not enabled or x.__class__ is not torch.Tensor or not x.is_cuda:
         return None
     values = plain_splits(splits)
     if values is None:

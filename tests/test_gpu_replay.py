@@ -10,7 +10,7 @@ import torch
 
 import cutequant
 from cutequant import amax as amax_mod
-from cutequant import fp8, groups, nvfp4, replay
+from cutequant import dequant, fp8, groups, nvfp4, replay
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
@@ -39,27 +39,36 @@ def _fp8_parts(res) -> dict:
 
 def _checked(fn):
     """``fn()`` on the checked path (no record is looked up or made)."""
-    saved = replay.call_key
-    replay.call_key = lambda *a: None
+    replay.enabled = False
     try:
         return fn()
     finally:
-        replay.call_key = saved
+        replay.enabled = True
 
 
 class _NoChecks:
     """Within the block, the ops' checked paths raise: only a replay can succeed."""
 
+    NAMES = (
+        (amax_mod, "check_group_amax"),
+        (nvfp4, "check_quantize"),
+        (fp8, "check_fp8_quantize"),
+        (dequant, "_check_nvfp4_dequantize"),
+        (dequant, "_check_fp8_dequantize"),
+    )
+
     def __enter__(self):
-        self.saved = (amax_mod.check_group_amax, nvfp4.check_quantize, fp8.check_fp8_quantize)
+        self.saved = [getattr(m, n) for m, n in self.NAMES]
 
         def boom(*a, **k):
             raise AssertionError("the checked path ran; expected a replay")
 
-        amax_mod.check_group_amax = nvfp4.check_quantize = fp8.check_fp8_quantize = boom
+        for m, n in self.NAMES:
+            setattr(m, n, boom)
 
     def __exit__(self, *exc):
-        amax_mod.check_group_amax, nvfp4.check_quantize, fp8.check_fp8_quantize = self.saved
+        for (m, n), fn in zip(self.NAMES, self.saved, strict=True):
+            setattr(m, n, fn)
 
 
 def _cases(splits, amax, rng_state, scale):
@@ -87,6 +96,17 @@ def _cases(splits, amax, rng_state, scale):
         "fp8_rowwise_e5m2": lambda x: _fp8_parts(
             f(x, splits, fp8_dtype=torch.float8_e5m2, columnwise=False)
         ),
+        # the dequantize of a replayed result (its buffers' layout is the record's)
+        "nvfp4_dequantize_row": lambda x: {"out": dequant.nvfp4_group_dequantize(q(x, splits))},
+        "nvfp4_dequantize_col_unrht": lambda x: {
+            "out": dequant.nvfp4_group_dequantize(q(x, splits), columnwise=True)
+        },
+        "fp8_dequantize_row_f32": lambda x: {
+            "out": dequant.fp8_group_dequantize(f(x, splits), out_dtype=torch.float32)
+        },
+        "fp8_dequantize_col": lambda x: {
+            "out": dequant.fp8_group_dequantize(f(x, splits), columnwise=True)
+        },
     }
 
 
