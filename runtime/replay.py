@@ -49,12 +49,15 @@ class recording:
     """Context: collect the ``_launch.run`` calls made inside it, as (fn, args, stream)."""
 
     def __enter__(self) -> list:
+        self.outer = recorder()  # a recording around this one sees these launches too
         self.launches = []
         _LOCAL.launches = self.launches
         return self.launches
 
     def __exit__(self, *exc) -> None:
-        _LOCAL.launches = None
+        _LOCAL.launches = self.outer
+        if self.outer is not None:
+            self.outer.extend(self.launches)
 
 
 def recorder() -> list | None:
