@@ -31,7 +31,7 @@ def group_amax(
         from cutequant import ops
 
         return ops.group_amax_traced(x, splits, rht, sign_mask)
-    key = replay.call_key(x, splits, (rht, sign_mask))
+    key = replay.call_key(x, splits, (rht, sign_mask, _launch.rht_mma()))
     if key is not None:
         hit = _RECORDS.get(key)
         if hit is not None and replay.x_ok(x):  # replay.py: the checked call's launches again

@@ -297,9 +297,11 @@ def precompile(spec: KernelSpec) -> Outcome:
 
 
 def clear_memory_cache() -> None:
-    """Forget compiled kernels (and their launchers): the next call loads or compiles again."""
-    from cutequant import _launch
+    """Forget compiled kernels (and their launchers, and the replay records holding them): the
+    next call loads or compiles again."""
+    from cutequant import _launch, replay
 
     with _LOCK:
         _MEMORY.clear()
         _launch._KERNELS.clear()
+        replay.invalidate()

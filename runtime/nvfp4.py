@@ -263,7 +263,7 @@ def nvfp4_group_quantize(
     ):
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
                  stochastic_rounding, amax_estimation_scale, _signature(amax),
-                 _signature(rng_state))  # fmt: skip
+                 _signature(rng_state), _launch.rht_mma())  # fmt: skip
         key = replay.call_key(x, splits, flags)
     if key is not None:
         hit = _RECORDS.get(key)

@@ -5,7 +5,8 @@ lookups, argument assembly (perf/host_overhead.py ``breakdown``: 18-45 us of a 2
 an H200 host, the TVM-FFI launches 6-8 us each). Yet from one call to the next with the same
 shapes, flags, split list and stream, only the tensors' addresses change. So the first such
 call runs the checked path and *records* its launches (``recording``); the next ones look up
-the record by a key of everything the checks looked at (``CallMemo``), re-check what the key
+the record by a key of everything the checks looked at, and of the runtime's choices (the
+RHT instruction), (``CallMemo``), re-check what the key
 cannot hold (contiguity, alignment), allocate the outputs and relaunch the recorded kernels with
 the new addresses (``Replay``).
 
@@ -14,8 +15,9 @@ argument inside one of the call's tensors (x, the outputs, a given amax or scale
 (tensor, byte offset); every other argument (sizes, flags, the runtime's tables, counters and
 workspaces) is replayed as recorded. Runtime buffers a record refers to must outlive it: the
 split tables are held by the record's layout; counters and dummies live as long as the process;
-anything the runtime replaces (a grown workspace, an evicted layout) bumps ``generation`` and
-every record made before is dropped.
+anything the runtime replaces (a grown workspace, an evicted layout) or forgets (compiled
+kernels: ``jit.clear_memory_cache``) bumps ``generation`` and every record made before is
+dropped.
 
 Not recorded: calls whose tables are their own (a split list seen for the first time, device
 splits), stochastic rounding without a given ``rng_state`` (a fresh state per call) and calls

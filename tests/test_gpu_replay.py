@@ -10,7 +10,7 @@ import torch
 
 import cutequant
 from cutequant import amax as amax_mod
-from cutequant import dequant, fp8, groups, nvfp4, replay
+from cutequant import _launch, dequant, fp8, groups, nvfp4, replay
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
@@ -184,7 +184,7 @@ def test_records_are_dropped_when_runtime_buffers_are_replaced():
     x = grouped_input(splits, N_COLS, gen)
     for _ in range(3):
         cutequant.group_amax(x, splits)
-    key = replay.call_key(x, splits, (True, amax_mod.DEFAULT_SIGN_MASK))
+    key = replay.call_key(x, splits, (True, amax_mod.DEFAULT_SIGN_MASK, _launch.rht_mma()))
     assert amax_mod._RECORDS.get(key) is not None
     groups._retire()  # what evicting a layout or growing a workspace does
     assert amax_mod._RECORDS.get(key) is None
