@@ -9,8 +9,8 @@ import pytest
 import torch
 
 import cutequant
-from cutequant import amax as amax_mod
 from cutequant import _launch, dequant, fp8, groups, nvfp4, replay
+from cutequant import amax as amax_mod
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
