@@ -230,6 +230,7 @@ def _breakdown_ops(x, splits, amax) -> dict:
 
     q = cutequant.nvfp4_group_quantize(x, splits, amax=amax)
     q8 = cutequant.fp8_group_quantize(x, splits)
+    w = x.view(-1, 64, x.shape[1])
     scale = torch.ones(len(splits), dtype=torch.float32, device=x.device)
     return {
         "group_amax": lambda: cutequant.group_amax(x, splits),
@@ -244,6 +245,12 @@ def _breakdown_ops(x, splits, amax) -> dict:
             x, splits, scaling="delayed", scale=scale
         ),
         "fp8 dequantize rowwise": lambda: dequant.fp8_group_dequantize(q8),
+        "fake-quant rows": lambda: cutequant.nvfp4_fake_quantize(x, splits),
+        "fake-quant columnwise (RHT)": lambda: cutequant.nvfp4_fake_quantize(
+            x, splits, columnwise=True
+        ),
+        "2D weights, stacked [E, 64, N]": lambda: cutequant.nvfp4_quantize_weights_2d(w),
+        "2D weights fake-quant": lambda: cutequant.nvfp4_fake_quantize_weights_2d(w),
     }
 
 

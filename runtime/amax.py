@@ -40,10 +40,10 @@ def group_amax(
             record.launch((x, amax))
             return tuple(amax.unbind(0))
     m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
-    with replay.recording() as launches:
+    with replay.recording() as rec:
         amax, layout = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
-    if key is not None and replay.recordable(layout, m_rows):
-        _RECORDS.put(key, (replay.Replay(launches, [x, amax]), (2, num_groups)))
+    if key is not None and rec.replayable(layout, m_rows):
+        _RECORDS.put(key, (replay.Replay(rec.launches, [x, amax]), (2, num_groups)))
     return tuple(amax.unbind(0))
 
 

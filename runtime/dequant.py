@@ -380,10 +380,10 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         out = _launch.output_allocator(shape, out_dtype, dev)
         record.launch((buf, stats, out))
         return out
-    with replay.recording() as launches:
+    with replay.recording() as rec:
         out = checked()
-    if replay.recordable(layout, layout.m_rows):
-        _RECORDS.put(key, (replay.Replay(launches, [buf, stats, out]), outputs.spans, layout,
+    if rec.replayable(layout, layout.m_rows):
+        _RECORDS.put(key, (replay.Replay(rec.launches, [buf, stats, out]), outputs.spans, layout,
                            tuple(out.shape)))  # fmt: skip
     return out
 

@@ -20,7 +20,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups, nvfp4_2d
+from cutequant import _checks, _launch, groups, nvfp4_2d, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.amax import _spec as amax_spec
 from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
@@ -295,9 +295,43 @@ def nvfp4_fake_quantize(
             x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
             rng_state, amax, out_dtype,
         )  # fmt: skip
-    return fake_quantize_checked(
-        x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
-    )
+    key = None
+    if (amax is None or amax.__class__ is torch.Tensor) and (
+        rng_state is None or rng_state.__class__ is torch.Tensor
+    ):
+        flags = (columnwise, rht, sign_mask, stochastic_rounding, replay.signature(rng_state),
+                 replay.signature(amax), out_dtype, _launch.rht_mma())  # fmt: skip
+        key = replay.call_key(x, splits, flags)
+    if key is not None:
+        hit = _RECORDS.get(key)
+        if (
+            hit is not None
+            and replay.x_ok(x)
+            and (amax is None or amax.is_contiguous())
+            and (rng_state is None or rng_state.is_contiguous())
+        ):  # replay.py: the checked call's launches again
+            record, y_shape, num_groups = hit
+            dev = x.device
+            if amax is not None:
+                stats = amax.clone()  # as the checked path: the op returns a copy
+            else:
+                stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
+            y = _launch.output_allocator(y_shape, out_dtype, dev)
+            record.launch((x, stats, y, rng_state))
+            return y, stats if amax is not None else stats[int(columnwise)]
+    with replay.recording() as rec:
+        y, out_amax = fake_quantize_checked(
+            x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
+        )
+    # the amax pass's [2, G] output (the op returns one of its rows), or the given one's copy
+    stats = out_amax if amax is not None else out_amax._base
+    if key is not None and stats is not None and rec.replayable(None, x.shape[0]):
+        record = replay.Replay(rec.launches, [x, stats, y, rng_state])
+        _RECORDS.put(key, (record, tuple(y.shape), stats.shape[-1]))
+    return y, out_amax
+
+
+_RECORDS = replay.CallMemo()  # nvfp4_fake_quantize's replayable calls (replay.py)
 
 
 def fake_quantize_checked(

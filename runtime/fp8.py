@@ -133,8 +133,7 @@ def fp8_group_quantize(
         )  # fmt: skip
     key = None
     if scale is None or scale.__class__ is torch.Tensor:
-        signature = None if scale is None else (scale.shape, scale.dtype, scale.device)
-        flags = (fp8_dtype, scaling, signature, rowwise, columnwise, amax_epsilon,
+        flags = (fp8_dtype, scaling, replay.signature(scale), rowwise, columnwise, amax_epsilon,
                  force_pow2_scales)  # fmt: skip
         key = replay.call_key(x, splits, flags)
     if key is not None:
@@ -151,13 +150,13 @@ def fp8_group_quantize(
     m_rows, n_cols, num_groups, splits, scale, arch = check_fp8_quantize(
         x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
     )
-    with replay.recording() as launches:
+    with replay.recording() as rec:
         outputs, amax, layout = run_fp8_quantize(
             x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
             columnwise, amax_epsilon, force_pow2_scales, groups.PackedOutputs,
         )  # fmt: skip
-    if key is not None and replay.recordable(layout, m_rows):
-        record = replay.Replay(launches, [x, amax, outputs.buf, scale])
+    if key is not None and rec.replayable(layout, m_rows):
+        record = replay.Replay(rec.launches, [x, amax, outputs.buf, scale])
         entry = (record, tuple(amax.shape), outputs.buf.numel(), outputs.spans, layout)
         _RECORDS.put(key, entry)
     return Fp8GroupedTensor(

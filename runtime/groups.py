@@ -508,6 +508,7 @@ def _per_call_layout(
     worker thread (``persistent``): a thread start and a device round trip, 250-900 us per call
     on an H200 host (perf/NOTES.md) that an MoE step whose split sizes change every step would
     pay on every call."""
+    replay.taint()  # a replay would not repeat the copy
     host = host_tables(values)
     totals = tuple(host[:, -1].tolist())
     pinned = host.pin_memory()
@@ -544,6 +545,7 @@ def _device_groups(
     check_splits(splits, m_rows)
     if splits.device != device:
         raise ValueError(f"splits: on {splits.device}, but x is on {device}")
+    replay.taint()  # the call's own tables
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = _launch.raw_stream(device)

@@ -262,8 +262,8 @@ def nvfp4_group_quantize(
         rng_state.__class__ is torch.Tensor if stochastic_rounding is True else rng_state is None
     ):
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
-                 stochastic_rounding, amax_estimation_scale, _signature(amax),
-                 _signature(rng_state), _launch.rht_mma())  # fmt: skip
+                 stochastic_rounding, amax_estimation_scale, replay.signature(amax),
+                 replay.signature(rng_state), _launch.rht_mma())  # fmt: skip
         key = replay.call_key(x, splits, flags)
     if key is not None:
         hit = _RECORDS.get(key)
@@ -285,27 +285,22 @@ def nvfp4_group_quantize(
         x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
         stochastic_rounding, rng_state, amax_estimation_scale,
     )  # fmt: skip
-    with replay.recording() as launches:
+    with replay.recording() as rec:
         outputs, amax, layout, rng_state = run_quantize(
             x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
             swizzled_scales, fast_math, amax, stochastic_rounding, rng_state,
             amax_estimation_scale, groups.PackedOutputs,
         )  # fmt: skip
-    if key is not None and replay.recordable(layout, m_rows):
+    if key is not None and rec.replayable(layout, m_rows):
         bases = [x, amax, outputs.buf, rng_state]
         total = outputs.buf.numel()
-        _RECORDS.put(key, (replay.Replay(launches, bases), total, outputs.spans, layout))
+        _RECORDS.put(key, (replay.Replay(rec.launches, bases), total, outputs.spans, layout))
     return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                    swizzled_scales, fast_math)  # fmt: skip
 
 
 _RECORDS = replay.CallMemo()  # nvfp4_group_quantize's replayable calls (replay.py)
 _U8 = torch.uint8
-
-
-def _signature(t) -> tuple | None:
-    """What the checks look at of an optional tensor argument (its contiguity aside)."""
-    return None if t is None else (t.shape, t.dtype, t.device)
 
 
 def _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask, swizzled, fast_math):

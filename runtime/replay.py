@@ -48,23 +48,46 @@ _LOCAL = threading.local()
 
 
 class recording:
-    """Context: collect the ``_launch.run`` calls made inside it, as (fn, args, stream)."""
+    """Context: collect the ``_launch.run`` calls made inside it, as (fn, args, stream), in
+    ``launches``. ``taint()`` inside it marks the call as not replayable (GPU work of its own
+    that is no recorded launch: per-call tables, device splits)."""
 
-    def __enter__(self) -> list:
-        self.outer = recorder()  # a recording around this one sees these launches too
-        self.launches = []
-        _LOCAL.launches = self.launches
-        return self.launches
+    def __enter__(self) -> recording:
+        self.outer = getattr(_LOCAL, "active", None)  # a recording around this one sees all too
+        self.launches: list = []
+        self.tainted = False
+        _LOCAL.active = self
+        return self
 
     def __exit__(self, *exc) -> None:
-        _LOCAL.launches = self.outer
+        _LOCAL.active = self.outer
         if self.outer is not None:
-            self.outer.extend(self.launches)
+            self.outer.launches.extend(self.launches)
+            self.outer.tainted |= self.tainted
+
+    def replayable(self, layout, m_rows: int) -> bool:
+        """Whether the recorded call may be replayed: it launched something, has rows, made no
+        untracked GPU work, and its tables (``layout``, when the caller has it) are the
+        runtime's cached ones (not a first sighting's or device splits' own)."""
+        return (
+            not self.tainted
+            and m_rows > 0
+            and bool(self.launches)
+            and (layout is None or (layout.host_totals is not None and not layout.per_call_tables))
+        )
 
 
 def recorder() -> list | None:
     """The list the current thread's launches are recorded into, or None."""
-    return getattr(_LOCAL, "launches", None)
+    active = getattr(_LOCAL, "active", None)
+    return None if active is None else active.launches
+
+
+def taint() -> None:
+    """The call being recorded (if any) does GPU work a replay would not repeat."""
+    active = getattr(_LOCAL, "active", None)
+    if active is not None:
+        active.tainted = True
 
 
 # Device addresses are above 4 GiB on every CUDA platform (UVA); sizes and flags are far below.
@@ -158,10 +181,10 @@ def call_key(x, splits, flags: tuple) -> tuple | None:
     return (x.shape, x.dtype, dev, stream, values, flags, tuple(map(type, flags)))
 
 
-def recordable(layout, m_rows: int) -> bool:
-    """Whether a call with this layout may be replayed: it has rows and its tables are the
-    runtime's cached ones (not a first sighting's or device splits' own)."""
-    return m_rows > 0 and layout.host_totals is not None and not layout.per_call_tables
+def signature(t) -> tuple | None:
+    """What the checks look at of an optional tensor argument, for a key (its contiguity is
+    checked per call)."""
+    return None if t is None else (t.shape, t.dtype, t.device)
 
 
 def x_ok(x) -> bool:

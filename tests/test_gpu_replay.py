@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import cutequant
-from cutequant import _launch, dequant, fp8, groups, nvfp4, replay
+from cutequant import _launch, dequant, fake_quant, fp8, groups, nvfp4, nvfp4_2d, replay
 from cutequant import amax as amax_mod
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
@@ -37,6 +37,11 @@ def _fp8_parts(res) -> dict:
     return out
 
 
+def _weight_parts(res) -> dict:
+    names = ("row_data", "row_scales", "col_data", "col_scales", "amax")
+    return {k: getattr(res, k) for k in names if getattr(res, k) is not None}
+
+
 def _checked(fn):
     """``fn()`` on the checked path (no record is looked up or made)."""
     replay.enabled = False
@@ -55,6 +60,8 @@ class _NoChecks:
         (fp8, "check_fp8_quantize"),
         (dequant, "_check_nvfp4_dequantize"),
         (dequant, "_check_fp8_dequantize"),
+        (fake_quant, "fake_quantize_checked"),
+        (nvfp4_2d, "_check_nvfp4_quantize_2d"),
     )
 
     def __enter__(self):
@@ -74,6 +81,9 @@ class _NoChecks:
 def _cases(splits, amax, rng_state, scale):
     q = cutequant.nvfp4_group_quantize
     f = cutequant.fp8_group_quantize
+    fq = cutequant.nvfp4_fake_quantize
+    w2d = cutequant.nvfp4_quantize_weights_2d
+    fw2d = cutequant.nvfp4_fake_quantize_weights_2d
     return {
         "group_amax": (lambda x: dict(zip("rc", cutequant.group_amax(x, splits), strict=True))),
         "group_amax_no_rht": (
@@ -107,6 +117,39 @@ def _cases(splits, amax, rng_state, scale):
         "fp8_dequantize_col": lambda x: {
             "out": dequant.fp8_group_dequantize(f(x, splits), columnwise=True)
         },
+        "fake_quant_rows": lambda x: dict(zip("ya", fq(x, splits), strict=True)),
+        "fake_quant_rows_sr_given_amax": lambda x: dict(
+            zip(
+                "ya",
+                fq(
+                    x,
+                    splits,
+                    stochastic_rounding=True,
+                    rng_state=rng_state,
+                    amax=amax[0].contiguous(),
+                ),
+                strict=True,
+            )  # fmt: skip
+        ),
+        "fake_quant_columnwise_rht": lambda x: dict(
+            zip("ya", fq(x, splits, columnwise=True), strict=True)
+        ),
+        "fake_quant_columnwise_f16": lambda x: dict(
+            zip(
+                "ya",
+                fq(x, splits, columnwise=True, rht=False, out_dtype=torch.float16),
+                strict=True,
+            )  # fmt: skip
+        ),
+        # 2D weights: x as E stacked [64, N] experts
+        "weights_2d": lambda x: _weight_parts(w2d(x.view(-1, 64, N_COLS))),
+        "weights_2d_swizzled_col_only": lambda x: _weight_parts(
+            w2d(x.view(-1, 64, N_COLS), rowwise=False, swizzled_scales=True)
+        ),
+        "weights_2d_given_amax": lambda x: _weight_parts(
+            w2d(x.view(-1, 64, N_COLS), amax=torch.ones(x.shape[0] // 64, device="cuda"))
+        ),
+        "weights_2d_fake": lambda x: dict(zip("ya", fw2d(x.view(-1, 64, N_COLS)), strict=True)),
     }
 
 

@@ -64,12 +64,14 @@ def test_records_are_dropped_on_invalidate():
     assert "k" not in memo.entries
 
 
-def test_recordings_nest():
+def test_recordings_nest_and_taint():
     with replay.recording() as outer:
-        outer.append("a")
+        outer.launches.append("a")
         with replay.recording() as inner:
             replay.recorder().append("b")
-        assert inner == ["b"]
-        assert replay.recorder() is outer
-    assert outer == ["a", "b"]
+            replay.taint()
+        assert inner.launches == ["b"] and inner.tainted
+        assert replay.recorder() is outer.launches
+    assert outer.launches == ["a", "b"] and outer.tainted  # the inner call's work is the outer's
     assert replay.recorder() is None
+    replay.taint()  # no recording: nothing to mark
