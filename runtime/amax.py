@@ -31,14 +31,12 @@ def group_amax(
         from cutequant import ops
 
         return ops.group_amax_traced(x, splits, rht, sign_mask)
-    key = replay.call_key(x, splits, (rht, sign_mask, _launch.rht_mma()))
-    if key is not None:
-        hit = _RECORDS.get(key)
-        if hit is not None and replay.x_ok(x):  # replay.py: the checked call's launches again
-            record, shape = hit
-            amax = _launch.output_allocator(shape, torch.float32, x.device)
-            record.launch((x, amax))
-            return tuple(amax.unbind(0))
+    key, hit = replay.find(_RECORDS, x, splits, (rht, sign_mask, _launch.rht_mma()))
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, shape = hit
+        amax = _launch.output_allocator(shape, torch.float32, x.device)
+        record.launch((x, amax))
+        return tuple(amax.unbind(0))
     m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
     with replay.recording() as rec:
         amax, layout = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)

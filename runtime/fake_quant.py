@@ -295,30 +295,18 @@ def nvfp4_fake_quantize(
             x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
             rng_state, amax, out_dtype,
         )  # fmt: skip
-    key = None
-    if (amax is None or amax.__class__ is torch.Tensor) and (
-        rng_state is None or rng_state.__class__ is torch.Tensor
-    ):
-        flags = (columnwise, rht, sign_mask, stochastic_rounding, replay.signature(rng_state),
-                 replay.signature(amax), out_dtype, _launch.rht_mma())  # fmt: skip
-        key = replay.call_key(x, splits, flags)
-    if key is not None:
-        hit = _RECORDS.get(key)
-        if (
-            hit is not None
-            and replay.x_ok(x)
-            and (amax is None or amax.is_contiguous())
-            and (rng_state is None or rng_state.is_contiguous())
-        ):  # replay.py: the checked call's launches again
-            record, y_shape, num_groups = hit
-            dev = x.device
-            if amax is not None:
-                stats = amax.clone()  # as the checked path: the op returns a copy
-            else:
-                stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
-            y = _launch.output_allocator(y_shape, out_dtype, dev)
-            record.launch((x, stats, y, rng_state))
-            return y, stats if amax is not None else stats[int(columnwise)]
+    flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma())
+    key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, y_shape, num_groups = hit
+        dev = x.device
+        if amax is not None:
+            stats = amax.clone()  # as the checked path: the op returns a copy
+        else:
+            stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
+        y = _launch.output_allocator(y_shape, out_dtype, dev)
+        record.launch((x, stats, y, rng_state))
+        return y, stats if amax is not None else stats[int(columnwise)]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
             x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype

@@ -131,22 +131,17 @@ def fp8_group_quantize(
             x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon,
             force_pow2_scales,
         )  # fmt: skip
-    key = None
-    if scale is None or scale.__class__ is torch.Tensor:
-        flags = (fp8_dtype, scaling, replay.signature(scale), rowwise, columnwise, amax_epsilon,
-                 force_pow2_scales)  # fmt: skip
-        key = replay.call_key(x, splits, flags)
-    if key is not None:
-        hit = _RECORDS.get(key)
-        if hit is not None and replay.x_ok(x) and (scale is None or scale.is_contiguous()):
-            record, amax_shape, total, spans, layout = hit  # replay.py: the launches again
-            dev = x.device
-            amax = _launch.output_allocator(amax_shape, torch.float32, dev)
-            outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
-            record.launch((x, amax, outputs.buf, scale))
-            return Fp8GroupedTensor(
-                n_cols=x.shape[1], fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
-            )
+    flags = (fp8_dtype, scaling, rowwise, columnwise, amax_epsilon, force_pow2_scales)
+    key, hit = replay.find(_RECORDS, x, splits, flags, (scale,))
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, amax_shape, total, spans, layout = hit
+        dev = x.device
+        amax = _launch.output_allocator(amax_shape, torch.float32, dev)
+        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        record.launch((x, amax, outputs.buf, scale))
+        return Fp8GroupedTensor(
+            n_cols=x.shape[1], fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
+        )
     m_rows, n_cols, num_groups, splits, scale, arch = check_fp8_quantize(
         x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon, force_pow2_scales
     )

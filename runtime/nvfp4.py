@@ -256,30 +256,19 @@ def nvfp4_group_quantize(
             x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
             stochastic_rounding, rng_state, amax_estimation_scale,
         )  # fmt: skip
-    key = None
-    # no record for stochastic rounding without a given state (a fresh state per call)
-    if (amax is None or amax.__class__ is torch.Tensor) and (
-        rng_state.__class__ is torch.Tensor if stochastic_rounding is True else rng_state is None
-    ):
+    key = hit = None
+    if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
-                 stochastic_rounding, amax_estimation_scale, replay.signature(amax),
-                 replay.signature(rng_state), _launch.rht_mma())  # fmt: skip
-        key = replay.call_key(x, splits, flags)
-    if key is not None:
-        hit = _RECORDS.get(key)
-        if (
-            hit is not None
-            and replay.x_ok(x)
-            and (amax is None or amax.is_contiguous())
-            and (rng_state is None or rng_state.is_contiguous())
-        ):  # replay.py: the checked call's launches again
-            record, total, spans, layout = hit
-            dev = x.device
-            if amax is None:
-                amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
-            outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
-            record.launch((x, amax, outputs.buf, rng_state))
-            return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
+                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma())  # fmt: skip
+        key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, total, spans, layout = hit
+        dev = x.device
+        if amax is None:
+            amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
+        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        record.launch((x, amax, outputs.buf, rng_state))
+        return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                            swizzled_scales, fast_math)  # fmt: skip
     m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
         x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,

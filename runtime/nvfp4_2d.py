@@ -420,21 +420,16 @@ def _replayed(weights, amax, flags: tuple, num_outs: int, checked) -> tuple:
     shape, dtype, flags, amax signature and stream, else ``checked()`` (returning ``num_outs``
     outputs, then the amax), recorded when it may be replayed. A list of experts always takes
     the checked path (its pointer table is per address list)."""
-    key = None
-    if weights.__class__ is torch.Tensor and (amax is None or amax.__class__ is torch.Tensor):
-        key = replay.call_key(weights, (), (*flags, replay.signature(amax)))
-    if key is not None:
-        hit = _RECORDS.get(key)
-        if hit is not None and replay.x_ok(weights) and (amax is None or amax.is_contiguous()):
-            record, shapes, dtypes = hit
-            dev = weights.device
-            outs = [
-                _launch.output_allocator(s, d, dev) for s, d in zip(shapes, dtypes, strict=True)
-            ]
-            # as the checked path: a copy of the given amax, else the amax pass writes it
-            amax_out = amax.clone() if amax is not None else outs.pop()
-            record.launch((weights, amax_out, *outs[:num_outs]))
-            return (*outs[:num_outs], amax_out)
+    key, hit = replay.find(_RECORDS, weights, (), flags, (amax,))  # a list: no key
+    if hit is not None:
+        # replay.py: the checked call's launches again
+        record, shapes, dtypes = hit
+        dev = weights.device
+        outs = [_launch.output_allocator(s, d, dev) for s, d in zip(shapes, dtypes, strict=True)]
+        # as the checked path: a copy of the given amax, else the amax pass writes it
+        amax_out = amax.clone() if amax is not None else outs.pop()
+        record.launch((weights, amax_out, *outs[:num_outs]))
+        return (*outs[:num_outs], amax_out)
     with replay.recording() as rec:
         *outs, amax_out = checked()
     if key is not None and rec.replayable(None, weights.numel()):

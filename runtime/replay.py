@@ -181,6 +181,27 @@ def call_key(x, splits, flags: tuple) -> tuple | None:
     return (x.shape, x.dtype, dev, stream, values, flags, tuple(map(type, flags)))
 
 
+def find(memo: CallMemo, x, splits, flags: tuple, tensors: tuple = ()):
+    """(key, record) of a call on ``x`` with host ``splits``, the op's other arguments
+    ``flags`` and optional tensor arguments ``tensors`` (None or plain tensors; their shape,
+    dtype and device join the key). The key is None when the call cannot have a record; the
+    record is None unless one matches and the call passes what a key cannot hold (x, and each
+    given tensor, contiguous)."""
+    for t in tensors:
+        if t is not None and t.__class__ is not torch.Tensor:
+            return None, None
+    key = call_key(x, splits, (*flags, *map(signature, tensors)))
+    if key is None:
+        return None, None
+    hit = memo.get(key)
+    if hit is None or not x_ok(x):
+        return key, None
+    for t in tensors:
+        if t is not None and not t.is_contiguous():
+            return key, None
+    return key, hit
+
+
 def signature(t) -> tuple | None:
     """What the checks look at of an optional tensor argument, for a key (its contiguity is
     checked per call)."""
