@@ -4,8 +4,9 @@ registers. Needs ``cuobjdump`` (on the GPU hosts; on a CPU box: ``pip download
 nvidia-cuda-cuobjdump`` into /tmp, unzip, pass ``--cuobjdump``).
 
 ``--loops``: the static instruction count of each innermost loop that holds the e2m1 encoder
-(HFMA2 / FFMA), per value of its 32-value iteration, with the opcode classes (the NVFP4
-consumer loops; static: cold branches inside the loop count too).
+(HFMA2 / FFMA), per value of its 32-value iteration, with the opcode classes and the issue
+pipes (ALU / FMA / IMAD; the NVFP4 consumer loops; static: cold branches inside the loop count
+too, e.g. the outlier-block clamp of ``device.e2m1_blocks``).
 
 ``--body``: the static instruction count of the kernel function (subroutines such as the
 division slow paths left out), per value of a thread's share of its tile (the module's
@@ -122,6 +123,26 @@ def _classes(ops: collections.Counter) -> str:
     return " ".join(f"{k}={v}" for k, v in out.most_common())
 
 
+# Issue pipes on Hopper (perf/NOTES.md, "Issue 17, seventh session"): the ALU pipe takes 2
+# cycles per warp instruction, IMAD* only the fmaheavy half of the FMA pipes.
+PIPES = (
+    (
+        "alu",
+        r"(LOP3|PRMT|SHF|LEA|ISETP|SEL|VIMNMX|IMNMX|FMNMX|HMNMX2|VHMNMX|IADD3|F2FP|FSETP"
+        r"|PLOP3|FSEL|P2R|R2P|MOV|VIADD|POPC|FLO)$",
+    ),
+    ("fma", r"(FFMA|FMUL|FADD|HFMA2|HADD2|HMUL2)$"),
+    ("imad", r"IMAD$"),
+)
+
+
+def _pipes(ops: collections.Counter) -> str:
+    out = collections.Counter()
+    for op, n in ops.items():
+        out[next((c for c, pat in PIPES if re.match(pat, op)), "rest")] += n
+    return " ".join(f"{k}={out[k]}" for k in ("alu", "fma", "imad", "rest"))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)
@@ -173,6 +194,7 @@ def main(argv=None) -> int:
         print("   regs", ",".join(regs), " ", "  ".join(f"{k}={v}" for k, v in counts.items() if v))
         for n, ops in loops:
             print(f"   loop {n} instructions, {n / 32:.1f} per value: {_classes(ops)}")
+            print(f"        pipes {_pipes(ops)}")
         if body:
             ops, per = body
             n = sum(ops.values())
