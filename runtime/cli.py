@@ -358,13 +358,22 @@ def cmd_cache_info(args) -> int:
     return 0
 
 
-def cmd_cache_list(args) -> int:
+def _readable_entries(cmd: str):
+    """(cache root, its entries' reports) for ``cutequant cache CMD``, or None (after saying
+    why on stderr) when the directory cannot be read."""
     from cutequant import cache
 
     root = cache.cache_dir()
-    if not _usable_for_reading(root, "list"):
+    if not _usable_for_reading(root, cmd):
+        return None
+    return root, cache.inspect_entries(root, _current())
+
+
+def cmd_cache_list(args) -> int:
+    found = _readable_entries("list")
+    if found is None:
         return 1
-    reports = cache.inspect_entries(root, _current())
+    root, reports = found
     for r in reports:
         meta = r.meta or {}
         try:
@@ -380,10 +389,10 @@ def cmd_cache_list(args) -> int:
 def cmd_cache_verify(args) -> int:
     from cutequant import cache
 
-    root = cache.cache_dir()
-    if not _usable_for_reading(root, "verify"):
+    found = _readable_entries("verify")
+    if found is None:
         return 1
-    reports = cache.inspect_entries(root, _current())
+    root, reports = found
     bad = [r for r in reports if r.status == "invalid"]
     strays = cache.stray_files(root)
     for r in bad:
