@@ -67,3 +67,14 @@ def check_amax_vector(amax, count: int, what: str = "amax") -> None:
         raise ValueError(
             f"{what}: must be float32 of shape ({count},), got {amax.dtype} {tuple(amax.shape)}"
         )
+
+
+def plain_int_splits(splits) -> bool:
+    """Whether a host split list holds only ``int`` (no float, bool, numpy scalar) -- checked
+    before the cache lookup, because 1024.0 and False hash like 1024 and 0. ``sum`` is an int
+    only if no float or numpy scalar is present (1.8 us for 256 groups vs 11 us for a Python
+    loop over the types); a bool can only equal a valid split where it is ``False`` == 0, so
+    lists with a zero get the full check."""
+    if type(sum(splits)) is not int:
+        return False
+    return 0 not in splits or all(type(v) is int for v in splits)

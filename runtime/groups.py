@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from cutequant import _launch, replay
+from cutequant import _checks, _launch, replay
 from cutequant.codegen.specs import GroupTablesSpec
 from cutequant.kernels import pdl
 
@@ -274,17 +274,6 @@ class GroupedViews:
         return [self.group(g) for g in range(self.num_groups)]
 
 
-def _plain_ints(splits) -> bool:
-    """Whether a host split list holds only ``int`` (no float, bool, numpy scalar) -- checked
-    before the cache lookup, because 1024.0 and False hash like 1024 and 0. ``sum`` is an int
-    only if no float or numpy scalar is present (1.8 us for 256 groups vs 11 us for a Python
-    loop over the types); a bool can only equal a valid split where it is ``False`` == 0, so
-    lists with a zero get the full check."""
-    if type(sum(splits)) is not int:
-        return False
-    return 0 not in splits or all(type(v) is int for v in splits)
-
-
 def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
     """Validate host splits (returns them as ints) or the form of device splits (returns None).
     Host-only work: called before anything touches the GPU."""
@@ -296,7 +285,7 @@ def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
         if splits.numel() == 0:
             raise ValueError("splits: need at least one group")
         return None
-    cacheable = isinstance(splits, (list, tuple)) and _plain_ints(splits)
+    cacheable = isinstance(splits, (list, tuple)) and _checks.plain_int_splits(splits)
     if cacheable:
         hit = _CHECKED.get((tuple(splits), m_rows))
         if hit is not None:
@@ -311,7 +300,7 @@ def check_splits(splits, m_rows: int) -> tuple[int, ...] | None:
 
 
 def _validate_host_splits(splits, m_rows: int) -> tuple[int, ...]:
-    if isinstance(splits, (list, tuple)) and _plain_ints(splits):
+    if isinstance(splits, (list, tuple)) and _checks.plain_int_splits(splits):
         # valid lists pass with C-level builtins (~1 us for 8 groups, ~4 us for 256 vs 5 / 40
         # for the loop below, which runs only to name what is wrong); ROW_MULTIPLE is a power of
         # two and the values are non-negative when the mask is applied
@@ -432,7 +421,9 @@ def prepare_groups(
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
         return _device_groups(splits, m_rows, device, poison)
     entry = None
-    cacheable = validated or (isinstance(splits, (list, tuple)) and _plain_ints(splits))
+    cacheable = validated or (
+        isinstance(splits, (list, tuple)) and _checks.plain_int_splits(splits)
+    )
     if cacheable:  # fast path: a repeated host split list is cached
         entry = _HOST_CACHE.get((tuple(splits), m_rows, device.index))
     if entry is None:

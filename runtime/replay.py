@@ -31,6 +31,8 @@ import threading
 
 import torch
 
+from cutequant import _checks
+
 # ``CUTEQUANT_REPLAY=0`` turns the fast path off (every call takes the checked path).
 enabled = os.environ.get("CUTEQUANT_REPLAY", "1") != "0"
 
@@ -157,11 +159,7 @@ def plain_splits(splits) -> tuple | None:
     records are keyed by: ``1.0 == 1`` and ``True == 1`` hash alike, so anything else takes the
     checked path, which names what is wrong)."""
     cls = splits.__class__
-    if cls is not list and cls is not tuple:
-        return None
-    if type(sum(splits)) is not int:  # a float anywhere
-        return None
-    if 0 in splits and not all(type(v) is int for v in splits):  # False == 0
+    if (cls is not list and cls is not tuple) or not _checks.plain_int_splits(splits):
         return None
     # True == 1 is no valid split, so no record is keyed by a list that equals one with a True
     return splits if cls is tuple else tuple(splits)
