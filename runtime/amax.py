@@ -137,7 +137,7 @@ def l2_resident(device: torch.device, num_ctas: int) -> int:
 def launch_group_amax(
     x: torch.Tensor,
     layout: groups.GroupLayout,
-    amax: torch.Tensor,
+    amax: torch.Tensor | int,
     *,
     rht: bool,
     sign_mask: int,
@@ -147,8 +147,9 @@ def launch_group_amax(
     stream: int | None = None,
     cast_walk_band: int | None = None,
 ) -> None:
-    """Write ``amax[2, G]`` (contiguous fp32; zeroed by the kernel, so it may hold anything
-    when ``x`` has rows; left as is when it has none: see ``new_amax``). No checks: callers
+    """Write ``amax[2, G]`` (contiguous fp32, or its 4-byte-aligned device address; zeroed by
+    the kernel, so it may hold anything when ``x`` has rows; left as is when it has none: see
+    ``new_amax``). No checks: callers
     validated. ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without
     ``rht``). ``cast_walk_band`` (a band > 1): a cast kernel with that walk band and this grid
     follows on the stream; the amax pass then walks that way too and leaves the cast's first
@@ -177,7 +178,7 @@ def launch_group_amax(
         m_rows,
         n_cols,
         layout,
-        _launch.ptr(amax, 4),
+        amax if isinstance(amax, int) else _launch.ptr(amax, 4),
         counter_addr,
         sign_mask,
         float(col_scale),

@@ -370,7 +370,7 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         or out_dtype.__class__ is not torch.dtype
     ):
         return checked()
-    buf, stats = outputs.buf, result._amax
+    buf, stats = outputs.buf, result.stats_tensor()
     dev = buf.device
     stream = torch._C._cuda_getCurrentRawStream(dev.index)
     key = (id(outputs.spans), id(layout), flags, tuple(map(type, flags)), out_dtype, stream)

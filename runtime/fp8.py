@@ -41,6 +41,10 @@ class Fp8GroupedTensor(groups.GroupedViews):
     scale_inv = property(lambda self: self._outputs.get("scales")[1])
     amax = property(lambda self: self._amax[0])
 
+    def stats_tensor(self) -> torch.Tensor:
+        """The amax tensor (its own allocation; what a replayed dequantize addresses)."""
+        return self._amax
+
     @property
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:

@@ -52,7 +52,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     ):
         self.n_cols = n_cols
         self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
-        self._amax = amax
+        self._amax_t = amax  # None: computed into the outputs buffer ("amax"), viewed on use
         self._offsets = None
         self.swizzled_scales = swizzled_scales
         self.rht = rht
@@ -67,6 +67,18 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     col_scales = property(lambda self: self._outputs.get("col_scales"))
     amax_row = property(lambda self: self._amax[0])
     amax_col = property(lambda self: self._amax[1])
+
+    @property
+    def _amax(self) -> torch.Tensor:
+        """fp32 [2, G] (row, col) amax: the given one, else a view into the outputs buffer."""
+        if self._amax_t is None:
+            self._amax_t = self._outputs.get("amax")
+        return self._amax_t
+
+    def stats_tensor(self) -> torch.Tensor | None:
+        """The amax tensor when it is not part of the outputs buffer (a given amax), else None
+        (what a replayed dequantize addresses: replay.py)."""
+        return None if "amax" in getattr(self._outputs, "spans", ()) else self._amax_t
 
     @property
     def offsets(self) -> torch.Tensor:
@@ -263,10 +275,8 @@ def nvfp4_group_quantize(
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
-        dev = x.device
-        if amax is None:
-            amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
-        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        # a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
+        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, x.device), spans)
         record.launch((x, amax, outputs.buf, rng_state))
         return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                            swizzled_scales, fast_math)  # fmt: skip
@@ -374,26 +384,38 @@ def run_quantize(
 ):  # fmt: skip
     """Launch the amax pass (when ``amax`` is None) and the quantize kernel on validated
     arguments. ``output_kind``: ``groups.PackedOutputs`` (eager calls) or
-    ``groups.SeparateOutputs`` (the torch.library op). Returns (outputs, amax [2, G], layout,
-    rng_state)."""
+    ``groups.SeparateOutputs`` (the torch.library op). Returns (outputs, amax [2, G] or None
+    when it is the outputs' "amax" part, layout, rng_state)."""
     dev = x.device
     if stochastic_rounding and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
     computed = amax is None
-    if computed:
+    # An eager call with host splits carves the computed amax from its one outputs allocation
+    # (an allocation costs 2-5 us of host time; the result views it on first use). Device splits
+    # need it as a tensor (the table kernel poisons it), the op (SeparateOutputs) returns it.
+    packed = (
+        computed
+        and output_kind is groups.PackedOutputs
+        and m_rows > 0
+        and not isinstance(splits, torch.Tensor)
+    )
+    if computed and not packed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
     layout = groups.prepare_groups(
         splits, m_rows, dev, poison=amax if computed else None, validated=True
     )
-    key = (m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals)
+    key = (m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals, packed)
     parts = _PARTS.get(key)
     if parts is None:
         extents = layout.host_totals[2:] if layout.host_totals is not None else None
         parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents)
+        if packed:
+            parts["amax"] = ((2, num_groups), torch.float32)
         if len(_PARTS) > 1024:
             _PARTS.clear()
         _PARTS[key] = parts
     outputs = output_kind.allocate(parts, dev)
+    amax_addr = outputs.addr("amax", 0) if packed else _launch.ptr(amax, 4)
     stream = _launch.raw_stream(dev)
     col_rht = rht and columnwise
     if computed:
@@ -401,7 +423,7 @@ def run_quantize(
         launch_group_amax(
             x,
             layout,
-            amax,
+            amax_addr,
             rht=col_rht and not estimate,
             sign_mask=sign_mask,
             arch=arch,
@@ -420,7 +442,7 @@ def run_quantize(
             m_rows,
             n_cols,
             layout,
-            _launch.ptr(amax, 4),
+            amax_addr,
             outputs.addr("row_data", dummy),
             outputs.addr("row_scales", dummy),
             outputs.addr("col_data", dummy),
