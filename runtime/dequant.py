@@ -382,7 +382,13 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         return out
     with replay.recording() as rec:
         out = checked()
-    if rec.replayable(layout, layout.m_rows):
+    # only host splits' results: a device-split result's tables are its own (keyed by them, a
+    # record would serve that one result only)
+    if (
+        rec.replayable(layout.m_rows)
+        and layout.host_splits is not None
+        and not layout.per_call_tables
+    ):
         _RECORDS.put(key, (replay.Replay(rec.launches, [buf, stats, out]), outputs.spans, layout,
                            tuple(out.shape)))  # fmt: skip
     return out

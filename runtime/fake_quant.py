@@ -305,7 +305,9 @@ def nvfp4_fake_quantize(
         else:
             stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
         y = _launch.output_allocator(y_shape, out_dtype, dev)
-        record.launch((x, stats, y, rng_state))
+        record.launch(
+            (x, stats, y, rng_state, splits if splits.__class__ is torch.Tensor else None)
+        )
         return y, stats if amax is not None else stats[int(columnwise)]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
@@ -313,8 +315,9 @@ def nvfp4_fake_quantize(
         )
     # the amax pass's [2, G] output (the op returns one of its rows), or the given one's copy
     stats = out_amax if amax is not None else out_amax._base
-    if key is not None and stats is not None and rec.replayable(None, x.shape[0]):
-        record = replay.Replay(rec.launches, [x, stats, y, rng_state])
+    if key is not None and stats is not None and rec.replayable(x.shape[0]):
+        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        record = replay.Replay(rec.launches, [x, stats, y, rng_state, device_splits], rec.scratch)
         _RECORDS.put(key, (record, tuple(y.shape), stats.shape[-1]))
     return y, out_amax
 

@@ -142,7 +142,10 @@ def fp8_group_quantize(
         dev = x.device
         amax = _launch.output_allocator(amax_shape, torch.float32, dev)
         outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
-        record.launch((x, amax, outputs.buf, scale))
+        device_splits = splits if splits.__class__ is torch.Tensor else None
+        fresh = record.launch((x, amax, outputs.buf, scale, device_splits))
+        if fresh:  # device splits: this call's tables, in the replay's fresh buffer
+            layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
         return Fp8GroupedTensor(
             n_cols=x.shape[1], fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
         )
@@ -154,8 +157,10 @@ def fp8_group_quantize(
             x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
             columnwise, amax_epsilon, force_pow2_scales, groups.PackedOutputs,
         )  # fmt: skip
-    if key is not None and rec.replayable(layout, m_rows):
-        record = replay.Replay(rec.launches, [x, amax, outputs.buf, scale])
+    if key is not None and rec.replayable(m_rows):
+        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        bases = [x, amax, outputs.buf, scale, device_splits]
+        record = replay.Replay(rec.launches, bases, rec.scratch)
         entry = (record, tuple(amax.shape), outputs.buf.numel(), outputs.spans, layout)
         _RECORDS.put(key, entry)
     return Fp8GroupedTensor(

@@ -536,15 +536,16 @@ def _device_groups(
     check_splits(splits, m_rows)
     if splits.device != device:
         raise ValueError(f"splits: on {splits.device}, but x is on {device}")
-    replay.taint()  # the call's own tables
+    if not splits.is_contiguous():
+        replay.taint()  # a copy a replay would not make
     splits = splits.contiguous()
     num_groups = splits.numel()
     stream = _launch.raw_stream(device)
     # one buffer per call: the snapshot (row starts, status), then the [4, G + 1] tables on a
     # 16-byte boundary; the call's result keeps it, so no later call can overwrite its tables
-    tables_at = -(-(num_groups + 2) // 4) * 4
+    tables_at = _device_tables_at(num_groups)
     buf = torch.empty(tables_at + 4 * (num_groups + 1), dtype=torch.int32, device=device)
-    snapshot = buf[: num_groups + 2]
+    replay.scratch(buf)  # a replay makes a fresh one (and runs the table kernel again)
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )
@@ -559,10 +560,25 @@ def _device_groups(
         poison.numel() if poison is not None else 0,
         stream=stream,
     )
-    layout = GroupLayout(num_groups, m_rows, buf, None, snapshot, tables_offset=4 * tables_at)
+    layout = device_layout(buf, num_groups, m_rows)
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
+        replay.taint()  # a replay would not check
         layout.check()
     return layout
+
+
+def _device_tables_at(num_groups: int) -> int:
+    """int32 offset of the tables in a device-split call's buffer (after the G + 2 snapshot
+    words, on a 16-byte boundary)."""
+    return -(-(num_groups + 2) // 4) * 4
+
+
+def device_layout(buf: torch.Tensor, num_groups: int, m_rows: int) -> GroupLayout:
+    """The layout of a device-split call whose table kernel writes ``buf`` (``_device_groups``;
+    a replay's fresh buffer)."""
+    tables_at = _device_tables_at(num_groups)
+    snapshot = buf[: num_groups + 2]
+    return GroupLayout(num_groups, m_rows, buf, None, snapshot, tables_offset=4 * tables_at)
 
 
 _OFFSET_CACHE: collections.OrderedDict = collections.OrderedDict()

@@ -275,9 +275,15 @@ def nvfp4_group_quantize(
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
-        # a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
-        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, x.device), spans)
-        record.launch((x, amax, outputs.buf, rng_state))
+        dev = x.device
+        if amax is None and "amax" not in spans:  # device splits: the amax is its own tensor
+            amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
+        # else a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
+        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        device_splits = splits if splits.__class__ is torch.Tensor else None
+        fresh = record.launch((x, amax, outputs.buf, rng_state, device_splits))
+        if fresh:  # device splits: this call's tables, in the replay's fresh buffer
+            layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
         return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                            swizzled_scales, fast_math)  # fmt: skip
     m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
@@ -290,10 +296,11 @@ def nvfp4_group_quantize(
             swizzled_scales, fast_math, amax, stochastic_rounding, rng_state,
             amax_estimation_scale, groups.PackedOutputs,
         )  # fmt: skip
-    if key is not None and rec.replayable(layout, m_rows):
-        bases = [x, amax, outputs.buf, rng_state]
-        total = outputs.buf.numel()
-        _RECORDS.put(key, (replay.Replay(rec.launches, bases), total, outputs.spans, layout))
+    if key is not None and rec.replayable(m_rows):
+        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        bases = [x, amax, outputs.buf, rng_state, device_splits]
+        record = replay.Replay(rec.launches, bases, rec.scratch)
+        _RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans, layout))
     return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                    swizzled_scales, fast_math)  # fmt: skip
 

@@ -432,7 +432,7 @@ def _replayed(weights, amax, flags: tuple, num_outs: int, checked) -> tuple:
         return (*outs[:num_outs], amax_out)
     with replay.recording() as rec:
         *outs, amax_out = checked()
-    if key is not None and rec.replayable(None, weights.numel()):
+    if key is not None and rec.replayable(weights.numel()):
         allocated = outs if amax is not None else [*outs, amax_out]
         record = replay.Replay(rec.launches, [weights, amax_out, *outs])
         shapes = [tuple(t.shape) for t in allocated]

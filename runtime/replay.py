@@ -14,14 +14,16 @@ Which launch arguments are addresses of the call's own tensors is found by value
 argument inside one of the call's tensors (x, the outputs, a given amax or scale) is stored as
 (tensor, byte offset); every other argument (sizes, flags, the runtime's tables, counters and
 workspaces) is replayed as recorded. Runtime buffers a record refers to must outlive it: the
-split tables are held by the record's layout; counters and dummies live as long as the process;
+host split tables are held by the record's layout; counters and dummies live as long as the process;
 anything the runtime replaces (a grown workspace, an evicted layout) or forgets (compiled
 kernels: ``jit.clear_memory_cache``) bumps ``generation`` and every record made before is
 dropped.
 
-Not recorded: calls whose tables are their own (a split list seen for the first time, device
-splits), stochastic rounding without a given ``rng_state`` (a fresh state per call) and calls
-with no rows; those always take the checked path.
+Device splits: the table kernel writes the call's tables into a buffer of the call's own
+(``scratch``): a replay allocates a fresh one and relaunches the table kernel too. Not
+recorded: a host split list seen for the first time (its tables are copied, not launched),
+stochastic rounding without a given ``rng_state`` (a fresh state per call) and calls with no
+rows; those always take the checked path.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class recording:
     def __enter__(self) -> recording:
         self.outer = getattr(_LOCAL, "active", None)  # a recording around this one sees all too
         self.launches: list = []
+        self.scratch: list = []  # per-call runtime buffers (``scratch``)
         self.tainted = False
         _LOCAL.active = self
         return self
@@ -65,24 +68,29 @@ class recording:
         _LOCAL.active = self.outer
         if self.outer is not None:
             self.outer.launches.extend(self.launches)
+            self.outer.scratch.extend(self.scratch)
             self.outer.tainted |= self.tainted
 
-    def replayable(self, layout, m_rows: int) -> bool:
-        """Whether the recorded call may be replayed: it launched something, has rows, made no
-        untracked GPU work, and its tables (``layout``, when the caller has it) are the
-        runtime's cached ones (not a first sighting's or device splits' own)."""
-        return (
-            not self.tainted
-            and m_rows > 0
-            and bool(self.launches)
-            and (layout is None or (layout.host_totals is not None and not layout.per_call_tables))
-        )
+    def replayable(self, m_rows: int) -> bool:
+        """Whether the recorded call may be replayed: it launched something, has rows and made
+        no GPU work of its own that a replay would not repeat (a first sighting's table copy:
+        ``taint``)."""
+        return not self.tainted and m_rows > 0 and bool(self.launches)
 
 
 def recorder() -> list | None:
     """The list the current thread's launches are recorded into, or None."""
     active = getattr(_LOCAL, "active", None)
     return None if active is None else active.launches
+
+
+def scratch(buf: torch.Tensor) -> None:
+    """``buf`` (made by the runtime for this call only, e.g. device splits' tables) is written
+    and read by the call's kernels: a replay allocates a fresh one of the same size (returned by
+    ``Replay.launch``) and points the recorded arguments into it."""
+    active = getattr(_LOCAL, "active", None)
+    if active is not None:
+        active.scratch.append(buf)
 
 
 def taint() -> None:
@@ -100,9 +108,12 @@ class Replay:
     """Recorded launches whose arguments point into the call's tensors (``bases``, in the order
     the caller passes them to ``launch``)."""
 
-    __slots__ = ("launches", "generation")
+    __slots__ = ("launches", "generation", "scratch")
 
-    def __init__(self, launches: list, bases: list[torch.Tensor | None]):
+    def __init__(self, launches: list, bases: list[torch.Tensor | None], scratch=()):
+        # per-call runtime buffers: bases after the caller's, allocated anew by ``launch``
+        self.scratch = tuple((t.numel(), t.dtype) for t in scratch)
+        bases = [*bases, *scratch]
         spans = [
             (t.data_ptr(), t.numel() * t.element_size())
             for t in bases
@@ -121,14 +132,21 @@ class Replay:
             self.launches.append((fn, list(args), tuple(slots), stream))
         self.generation = generation
 
-    def launch(self, bases: tuple) -> None:
-        """Relaunch with the addresses of ``bases`` (same order and meaning as recorded)."""
+    def launch(self, bases: tuple) -> list:
+        """Relaunch with the addresses of ``bases`` (same order and meaning as recorded; the
+        first is on the call's device); returns the call's fresh scratch buffers."""
+        fresh = []
+        if self.scratch:
+            dev = bases[0].device
+            fresh = [torch.empty(n, dtype=d, device=dev) for n, d in self.scratch]
+            bases = (*bases, *fresh)
         for fn, args, slots, stream in self.launches:
             if slots:
                 args = args.copy()
                 for i, b, off in slots:
                     args[i] = bases[b].data_ptr() + off
             fn(*args, stream)
+        return fresh
 
 
 class CallMemo:
@@ -166,12 +184,16 @@ def plain_splits(splits) -> tuple | None:
 
 
 def call_key(x, splits, flags: tuple) -> tuple | None:
-    """The record key of a call on ``x`` (a CUDA tensor) with host ``splits`` and the op's
-    other arguments ``flags`` (hashable; their types are part of the key, so that ``1`` never
-    stands for ``True``); None when the call cannot have a record."""
+    """The record key of a call on ``x`` (a CUDA tensor) with ``splits`` (host: their values;
+    a device tensor: its shape, dtype and device) and the op's other arguments ``flags``
+    (hashable; their types are part of the key, so that ``1`` never stands for ``True``); None
+    when the call cannot have a record."""
     if not enabled or x.__class__ is not torch.Tensor or not x.is_cuda:
         return None
-    values = plain_splits(splits)
+    if splits.__class__ is torch.Tensor and splits.is_cuda:
+        values = ("device", splits.shape, splits.dtype, splits.device)
+    else:
+        values = plain_splits(splits)
     if values is None:
         return None
     dev = x.device
@@ -193,6 +215,8 @@ def find(memo: CallMemo, x, splits, flags: tuple, tensors: tuple = ()):
         return None, None
     hit = memo.get(key)
     if hit is None or not x_ok(x):
+        return key, None
+    if splits.__class__ is torch.Tensor and not splits.is_contiguous():
         return key, None
     for t in tensors:
         if t is not None and not t.is_contiguous():

@@ -153,8 +153,14 @@ def _cases(splits, amax, rng_state, scale):
     }
 
 
+# the ops whose results keep host split lists only (dequantize of a device-split result reads
+# that result's own tables and is not replayed; the 2D ops take no splits)
+_HOST_ONLY = ("nvfp4_dequantize", "fp8_dequantize", "weights_2d")
+
+
+@pytest.mark.parametrize("device_splits", [False, True], ids=["host_splits", "device_splits"])
 @pytest.mark.parametrize("seed", [0, 1])
-def test_replay_is_bit_identical(seed):
+def test_replay_is_bit_identical(seed, device_splits):
     gen = torch.Generator().manual_seed(seed)
     g = 5 + seed * 40
     splits = random_splits(g, 64 * g, gen, zero_at=("front", "middle", "end"))
@@ -162,7 +168,11 @@ def test_replay_is_bit_identical(seed):
     amax = torch.stack(cutequant.group_amax(x, splits))
     rng_state = torch.tensor([1234 + seed, 99], dtype=torch.int64, device="cuda")
     scale = torch.rand(g, generator=gen).add(0.5).cuda()
+    if device_splits:
+        splits = torch.tensor(splits, dtype=torch.int32 if seed else torch.int64, device="cuda")
     for name, op in _cases(splits, amax, rng_state, scale).items():
+        if device_splits and name.startswith(_HOST_ONLY):
+            continue
         for _ in range(3):  # first sighting, cached (recorded), replay
             op(x)
         fresh = grouped_input(splits, N_COLS, gen)
@@ -237,3 +247,20 @@ def test_records_are_dropped_when_runtime_buffers_are_replaced():
         got = cutequant.group_amax(x, splits)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
+
+
+def test_replayed_device_splits_are_still_checked_on_the_device():
+    """Bad device split values after a record: the replay reruns the table kernel, which
+    poisons the outputs (NaN amax) exactly as the checked path does."""
+    gen = torch.Generator().manual_seed(11)
+    splits = [256, 128, 128]
+    x = grouped_input(splits, N_COLS, gen)
+    good = torch.tensor(splits, dtype=torch.int32, device="cuda")
+    for _ in range(3):
+        cutequant.group_amax(x, good)
+    bad = torch.tensor([256, 128, 112], dtype=torch.int32, device="cuda")  # sum != M
+    want = _checked(lambda: torch.stack(cutequant.group_amax(x, bad)))
+    with _NoChecks():
+        got = torch.stack(cutequant.group_amax(x, bad))
+    assert torch.isnan(want).all()
+    assert torch.equal(_bytes(got), _bytes(want))
