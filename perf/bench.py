@@ -60,16 +60,28 @@ def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> f
     return statistics.median(times)
 
 
-def host_time_us(fn, calls: int = 50) -> float:
-    """Median CPU time to issue one call (no synchronization inside the loop)."""
+# ~20 ms of GPU work queued ahead of the timed calls (torch.cuda._sleep spins this many cycles;
+# H100 / H200 SMs run at 1.7-2 GHz): the calls are issued while the GPU is busy, as in a
+# training loop whose CPU runs ahead, and none of them waits for the GPU. Without it, calls on
+# large inputs measure the GPU: once the launch queue (~1000 entries) is full, every launch
+# waits for a kernel to finish (seventh session: 256-group calls at 25-40 us "host" time).
+_BUSY_CYCLES = 40_000_000
+
+
+def host_time_us(fn, calls: int = 50, rounds: int = 1) -> float:
+    """Median CPU time to issue one call: ``rounds`` rounds of ``calls`` back-to-back calls (no
+    synchronization inside a round; at most ~2 launches a call, so a round of <= 200 calls stays
+    below the launch queue's depth) issued behind a long GPU sleep, after one warm-up call."""
     fn()
     torch.cuda.synchronize()
     times = []
-    for _ in range(calls):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e6)
-    torch.cuda.synchronize()
+    for _ in range(rounds):
+        torch.cuda._sleep(_BUSY_CYCLES)
+        for _ in range(calls):
+            t = time.perf_counter_ns()
+            fn()
+            times.append((time.perf_counter_ns() - t) / 1e3)
+        torch.cuda.synchronize()
     return statistics.median(times)
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 
 import torch
+from bench import host_time_us  # perf/ is the script's directory
 
 import cutequant
 from cutequant.testing import grouped_input
@@ -54,6 +55,8 @@ def profile(names) -> None:
 
 
 def _cost_us(fn, n: int = 2000) -> float:
+    """Median CPU time of ``fn`` (idle GPU between rounds; for ops on large inputs use
+    ``bench.host_time_us``, which issues the calls behind a GPU sleep)."""
     for _ in range(50):
         fn()
     times = []
@@ -232,6 +235,7 @@ def _breakdown_ops(x, splits, amax) -> dict:
     q8 = cutequant.fp8_group_quantize(x, splits)
     w = x.view(-1, 64, x.shape[1])
     scale = torch.ones(len(splits), dtype=torch.float32, device=x.device)
+    dev_splits = torch.tensor(splits, dtype=torch.int32, device=x.device)
     return {
         "group_amax": lambda: cutequant.group_amax(x, splits),
         "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
@@ -251,11 +255,16 @@ def _breakdown_ops(x, splits, amax) -> dict:
         ),
         "2D weights, stacked [E, 64, N]": lambda: cutequant.nvfp4_quantize_weights_2d(w),
         "2D weights fake-quant": lambda: cutequant.nvfp4_fake_quantize_weights_2d(w),
+        # device-resident splits (an int32 CUDA tensor): replayed with the table kernel
+        "group_amax, device splits": lambda: cutequant.group_amax(x, dev_splits),
+        "nvfp4 (amax pass), device splits": lambda: cutequant.nvfp4_group_quantize(x, dev_splits),
+        "fp8 current, device splits": lambda: cutequant.fp8_group_quantize(x, dev_splits),
     }
 
 
 def breakdown() -> None:
-    """Per op and input, host time of: the checked path (``replay.enabled`` off), the eager
+    """Per op and input, host time (``bench.host_time_us``: 5 rounds of 200 calls behind a GPU
+    sleep) of: the checked path (``replay.enabled`` off), the eager
     path (a replay of the recorded launches where the call has a record, runtime/replay.py),
     and the eager path with its launches stubbed out (what is left is Python and allocations;
     launches = eager - stubbed)."""
@@ -274,14 +283,14 @@ def breakdown() -> None:
         for name, fn in _breakdown_ops(x, splits, amax).items():
             replay.enabled = False
             try:
-                checked = _cost_us(fn, 1000)
+                checked = host_time_us(fn, 200, 5)
             finally:
                 replay.enabled = True
-            eager = _cost_us(fn, 1000)
+            eager = host_time_us(fn, 200, 5)
             _launch.run = lambda spec, *args, stream: None
-            replay.Replay.launch = lambda self, bases: None
+            replay.Replay.launch = lambda self, bases: []
             try:
-                stubbed = _cost_us(fn, 1000)
+                stubbed = host_time_us(fn, 200, 5)
             finally:
                 _launch.run, replay.Replay.launch = real_run, real_launch
             print(

@@ -31,7 +31,7 @@ class Fp8GroupedTensor(groups.GroupedViews):
         self.n_cols = n_cols
         self.fp8_dtype = fp8_dtype
         self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
-        self._amax = amax
+        self._amax_t = amax  # None: the outputs buffer's "amax" part, viewed on use
         self._offsets = None
         self._layout = layout
 
@@ -41,9 +41,17 @@ class Fp8GroupedTensor(groups.GroupedViews):
     scale_inv = property(lambda self: self._outputs.get("scales")[1])
     amax = property(lambda self: self._amax[0])
 
-    def stats_tensor(self) -> torch.Tensor:
-        """The amax tensor (its own allocation; what a replayed dequantize addresses)."""
-        return self._amax
+    @property
+    def _amax(self) -> torch.Tensor:
+        """fp32 [1 or 2, G] amax (row first): its own tensor, or a view into the outputs."""
+        if self._amax_t is None:
+            self._amax_t = self._outputs.get("amax")
+        return self._amax_t
+
+    def stats_tensor(self) -> torch.Tensor | None:
+        """The amax tensor when it is not part of the outputs buffer, else None (what a
+        replayed dequantize addresses: replay.py)."""
+        return None if "amax" in getattr(self._outputs, "spans", ()) else self._amax_t
 
     @property
     def offsets(self) -> torch.Tensor:
@@ -140,7 +148,8 @@ def fp8_group_quantize(
     if hit is not None:  # replay.py: the checked call's launches again
         record, amax_shape, total, spans, layout = hit
         dev = x.device
-        amax = _launch.output_allocator(amax_shape, torch.float32, dev)
+        # a host-split call's amax is the outputs buffer's "amax" part (run_fp8_quantize)
+        amax = None if amax_shape is None else _launch.output_allocator(amax_shape, _F32, dev)
         outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
         device_splits = splits if splits.__class__ is torch.Tensor else None
         fresh = record.launch((x, amax, outputs.buf, scale, device_splits))
@@ -161,7 +170,8 @@ def fp8_group_quantize(
         device_splits = splits if isinstance(splits, torch.Tensor) else None
         bases = [x, amax, outputs.buf, scale, device_splits]
         record = replay.Replay(rec.launches, bases, rec.scratch)
-        entry = (record, tuple(amax.shape), outputs.buf.numel(), outputs.spans, layout)
+        amax_shape = None if amax is None else tuple(amax.shape)
+        entry = (record, amax_shape, outputs.buf.numel(), outputs.spans, layout)
         _RECORDS.put(key, entry)
     return Fp8GroupedTensor(
         n_cols=n_cols, fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
@@ -170,6 +180,7 @@ def fp8_group_quantize(
 
 _RECORDS = replay.CallMemo()  # fp8_group_quantize's replayable calls (replay.py)
 _U8 = torch.uint8
+_F32 = torch.float32
 
 
 def check_fp8_quantize(
@@ -249,20 +260,29 @@ def run_fp8_quantize(
 ):  # fmt: skip
     """Launch the amax pass (current scaling) and the cast on validated arguments.
     ``output_kind``: ``groups.PackedOutputs`` or ``groups.SeparateOutputs``. Returns
-    (outputs, amax [1 or 2, G], layout)."""
+    (outputs, amax [1 or 2, G] or None when it is the outputs' "amax" part, layout)."""
     dev = x.device
     delayed = scaling == "delayed"
     # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
-    amax = new_amax(1 if delayed else 2, num_groups, m_rows, dev)
+    amax_rows = 1 if delayed else 2
+    # An eager call with host splits carves the amax from its one outputs allocation (an
+    # allocation costs 2-5 us of host time; the result views it on first use). Device splits
+    # need it as a tensor (the table kernel poisons it), the op (SeparateOutputs) returns it.
+    packed = (
+        output_kind is groups.PackedOutputs and m_rows > 0 and not isinstance(splits, torch.Tensor)
+    )
+    amax = None if packed else new_amax(amax_rows, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)
     layout = groups.prepare_groups(
         splits, m_rows, dev, poison=amax, tile_records=tile, validated=True
     )
-    outputs = output_kind.allocate(
-        output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise), dev
-    )
+    parts = output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
+    if packed:
+        parts["amax"] = ((amax_rows, num_groups), torch.float32)
+    outputs = output_kind.allocate(parts, dev)
+    amax_addr = outputs.addr("amax", 0) if packed else _launch.ptr(amax, 4)
     stream = _launch.raw_stream(dev)
     if tile:
         spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed)
@@ -278,7 +298,7 @@ def run_fp8_quantize(
         launch_group_amax(
             x,
             layout,
-            amax,
+            amax_addr,
             rht=False,
             sign_mask=0,
             arch=arch,
@@ -303,8 +323,8 @@ def run_fp8_quantize(
             max(m_rows, 1),
             n_cols,
             layout,
-            _launch.ptr(amax, 4),
-            _launch.ptr(scale if delayed else amax, 4),
+            amax_addr,
+            _launch.ptr(scale, 4) if delayed else amax_addr,
             scales_addr,
             scales_addr + 4 * num_groups,
             outputs.addr("row_data", dummy),

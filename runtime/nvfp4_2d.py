@@ -22,7 +22,6 @@ from __future__ import annotations
 import collections
 import functools
 import threading
-from dataclasses import dataclass
 
 import torch
 
@@ -246,28 +245,46 @@ def nvfp4_quantize_2d_impl(
     """(row_data, row_scales, col_data, col_scales, amax) from validated arguments
     (``_check_nvfp4_quantize_2d``); shapes in ``output_shapes`` (uint8, amax fp32 [E]); a
     disabled direction's two outputs are empty uint8 [0] tensors. ``amax`` given: used for the
-    global scales and returned as a copy; else computed by the amax pass."""
+    global scales and returned as a copy; else computed by the amax pass. Separate tensors
+    (what the torch.library op returns)."""
+    outputs, amax_out = quantize_2d(
+        weights, rowwise, columnwise, swizzled, amax, groups.SeparateOutputs
+    )
+    dev = amax_out.device
+    empty = [_launch.output_allocator((0,), torch.uint8, dev) for _ in range(4)]
+    parts = ("row_data", "row_scales", "col_data", "col_scales")
+    got = [outputs[k] if outputs[k] is not None else e for k, e in zip(parts, empty, strict=True)]
+    return (*got, amax_out)
+
+
+def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
+    """(outputs, amax [E]) of the 2D quantize on validated arguments. ``output_kind``:
+    ``groups.PackedOutputs`` (eager calls: one allocation, a computed amax its "amax" part) or
+    ``groups.SeparateOutputs``; a disabled direction's parts are None."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     shapes = output_shapes(num_experts, rows, cols)
-    outs = {}
+    parts = {}
     for side, on in (("row", rowwise), ("col", columnwise)):
         for kind in ("data", "scales"):
-            key = f"{side}_{kind}"
-            outs[key] = _launch.output_allocator(shapes[key] if on else (0,), torch.uint8, dev)
+            parts[f"{side}_{kind}"] = (shapes[f"{side}_{kind}"], torch.uint8) if on else None
+    if amax is None:
+        parts["amax"] = ((num_experts,), torch.float32)
+    outputs = output_kind.allocate(parts, dev)
+    amax_out = amax.clone() if amax is not None else outputs.get("amax")
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
-    amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles == 0:
-        for key in ("row_scales", "col_scales"):  # all padding
-            outs[key].zero_()
+        for key in ("row_scales", "col_scales", "amax"):  # all padding; no expert has a value
+            if parts.get(key) is not None:
+                outputs.get(key).zero_()
     else:
         _launch_2d(
             weights,
             (rowwise, columnwise, swizzled, ""),
             amax,
             amax_out,
-            [t if t.numel() else None for t in outs.values()],
+            [outputs.get(k) for k in ("row_data", "row_scales", "col_data", "col_scales")],
         )
-    return outs["row_data"], outs["row_scales"], outs["col_data"], outs["col_scales"], amax_out
+    return outputs, amax_out
 
 
 def nvfp4_fake_quantize_2d_impl(
@@ -287,23 +304,32 @@ def nvfp4_fake_quantize_2d_impl(
     return out, amax_out
 
 
-@dataclass
 class Nvfp4WeightTensor:
     """2D-quantized experts (TE layouts, stacked over E; None where a direction is off):
     ``row_data`` uint8 [E, R, C/2] (even column in the low nibble), ``row_scales`` uint8
     [E, roundup(R, 128), roundup(C/16, 4)], ``col_data`` uint8 [E, C, R/2] (the exact nibble
     transpose), ``col_scales`` uint8 [E, roundup(C, 128), roundup(R/16, 4)], ``amax`` fp32 [E]
     (the global amax of both directions). Swizzled scales are in cuBLASLt 128x4 byte order
-    inside each expert's block; padding bytes are zero."""
+    inside each expert's block; padding bytes are zero. An eager call's buffers are views of
+    one allocation, built on first access (``groups.PackedOutputs``)."""
 
-    rows: int
-    cols: int
-    row_data: torch.Tensor | None
-    row_scales: torch.Tensor | None
-    col_data: torch.Tensor | None
-    col_scales: torch.Tensor | None
-    amax: torch.Tensor
-    swizzled_scales: bool
+    def __init__(self, *, rows: int, cols: int, outputs, amax, swizzled_scales: bool):
+        self.rows = rows
+        self.cols = cols
+        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors / None (traced)
+        self._amax = amax  # None: the outputs' "amax" part (computed)
+        self.swizzled_scales = swizzled_scales
+
+    row_data = property(lambda self: self._outputs.get("row_data"))
+    row_scales = property(lambda self: self._outputs.get("row_scales"))
+    col_data = property(lambda self: self._outputs.get("col_data"))
+    col_scales = property(lambda self: self._outputs.get("col_scales"))
+
+    @property
+    def amax(self) -> torch.Tensor:
+        if self._amax is None:
+            self._amax = self._outputs.get("amax")
+        return self._amax
 
     def dequantize(
         self, *, columnwise: bool = False, out_dtype: torch.dtype = torch.bfloat16
@@ -358,27 +384,27 @@ def nvfp4_quantize_weights_2d(
     of [R, C]; bf16, f16 or fp32). ``columnwise=True`` alone gives the transposed operand only.
     ``amax``: fp32 [E] per-expert global amax to use (else max |W_e|, computed). Inside
     ``torch.compile`` this runs as the ``cutequant::nvfp4_quantize_weights_2d`` op."""
+    first = weights if isinstance(weights, torch.Tensor) else weights[0]
     if torch.compiler.is_compiling():
         from cutequant import ops
 
         stacked, experts = ops.weight_args(weights)
-        rd, rs, cd, cs, a = ops.nvfp4_quantize_weights_2d_op(
+        rd, rs, cd, cs, amax_out = ops.nvfp4_quantize_weights_2d_op(
             stacked, experts, rowwise, columnwise, swizzled_scales, amax
         )
+        outputs = {
+            "row_data": rd if rowwise else None,
+            "row_scales": rs if rowwise else None,
+            "col_data": cd if columnwise else None,
+            "col_scales": cs if columnwise else None,
+        }
     else:
-        rd, rs, cd, cs, a = _replayed(
-            weights, amax, (rowwise, columnwise, swizzled_scales, "quantize"), 4,
-            lambda: _quantize_checked(weights, rowwise, columnwise, swizzled_scales, amax),
-        )  # fmt: skip
-    first = weights if isinstance(weights, torch.Tensor) else weights[0]
+        outputs, amax_out = _quantize_replayed(weights, rowwise, columnwise, swizzled_scales, amax)
     return Nvfp4WeightTensor(
         rows=first.shape[-2],
         cols=first.shape[-1],
-        row_data=rd if rowwise else None,
-        row_scales=rs if rowwise else None,
-        col_data=cd if columnwise else None,
-        col_scales=cs if columnwise else None,
-        amax=a,
+        outputs=outputs,
+        amax=amax_out,
         swizzled_scales=swizzled_scales,
     )
 
@@ -395,9 +421,7 @@ def nvfp4_fake_quantize_weights_2d(
 
         stacked, experts = ops.weight_args(weights)
         return ops.nvfp4_fake_quantize_weights_2d_op(stacked, experts, amax, out_dtype)
-    return _replayed(
-        weights, amax, ("fake", out_dtype), 1, lambda: _fake_checked(weights, amax, out_dtype)
-    )
+    return _fake_replayed(weights, amax, out_dtype)
 
 
 def _fake_checked(weights, amax, out_dtype):
@@ -409,32 +433,59 @@ def _fake_checked(weights, amax, out_dtype):
 
 def _quantize_checked(weights, rowwise, columnwise, swizzled, amax):
     _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled, amax)
-    return nvfp4_quantize_2d_impl(weights, rowwise, columnwise, swizzled, amax)
+    return quantize_2d(weights, rowwise, columnwise, swizzled, amax, groups.PackedOutputs)
 
 
-_RECORDS = replay.CallMemo()  # the 2D ops' replayable calls (replay.py)
+_QUANTIZE_RECORDS = replay.CallMemo()  # nvfp4_quantize_weights_2d's replayable calls
 
 
-def _replayed(weights, amax, flags: tuple, num_outs: int, checked) -> tuple:
-    """A 2D op on stacked weights: a replay of a recorded call (replay.py) with the same
-    shape, dtype, flags, amax signature and stream, else ``checked()`` (returning ``num_outs``
-    outputs, then the amax), recorded when it may be replayed. A list of experts always takes
-    the checked path (its pointer table is per address list)."""
-    key, hit = replay.find(_RECORDS, weights, (), flags, (amax,))  # a list: no key
-    if hit is not None:
-        # replay.py: the checked call's launches again
-        record, shapes, dtypes = hit
-        dev = weights.device
-        outs = [_launch.output_allocator(s, d, dev) for s, d in zip(shapes, dtypes, strict=True)]
-        # as the checked path: a copy of the given amax, else the amax pass writes it
-        amax_out = amax.clone() if amax is not None else outs.pop()
-        record.launch((weights, amax_out, *outs[:num_outs]))
-        return (*outs[:num_outs], amax_out)
+def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
+    """(outputs (one allocation), amax) of the eager 2D quantize: a replay of a recorded call
+    (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
+    path, recorded when it may be replayed. A list of experts always takes the checked path (its
+    pointer table is per address list)."""
+    flags = (rowwise, columnwise, swizzled)
+    key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, total, spans = hit
+        buf = _launch.output_allocator((total,), torch.uint8, weights.device)
+        outputs = groups.PackedOutputs(buf, spans)
+        # as the checked path: a copy of the given amax, else the outputs' "amax" part
+        amax_out = amax.clone() if amax is not None else None
+        record.launch((weights, amax_out, buf))
+        return outputs, amax_out
     with replay.recording() as rec:
-        *outs, amax_out = checked()
+        outputs, amax_out = _quantize_checked(weights, rowwise, columnwise, swizzled, amax)
     if key is not None and rec.replayable(weights.numel()):
-        allocated = outs if amax is not None else [*outs, amax_out]
-        record = replay.Replay(rec.launches, [weights, amax_out, *outs])
-        shapes = [tuple(t.shape) for t in allocated]
-        _RECORDS.put(key, (record, shapes, [t.dtype for t in allocated]))
-    return (*outs, amax_out)
+        given = amax_out if amax is not None else None
+        record = replay.Replay(rec.launches, [weights, given, outputs.buf])
+        _QUANTIZE_RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans))
+    return outputs, amax_out
+
+
+_FAKE_RECORDS = replay.CallMemo()  # nvfp4_fake_quantize_weights_2d's replayable calls
+
+
+def _fake_replayed(weights, amax, out_dtype) -> tuple:
+    """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
+    same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
+    when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
+    key, hit = replay.find(_FAKE_RECORDS, weights, (), (out_dtype,), (amax,))
+    if hit is not None:  # replay.py: the checked call's launches again
+        record, shape = hit
+        dev = weights.device
+        out = _launch.output_allocator(shape, out_dtype, dev)
+        # as the checked path: a copy of the given amax, else the amax pass writes it
+        amax_out = (
+            amax.clone()
+            if amax is not None
+            else _launch.output_allocator((shape[0],), torch.float32, dev)
+        )
+        record.launch((weights, amax_out, out))
+        return out, amax_out
+    with replay.recording() as rec:
+        out, amax_out = _fake_checked(weights, amax, out_dtype)
+    if key is not None and rec.replayable(weights.numel()):
+        record = replay.Replay(rec.launches, [weights, amax_out, out])
+        _FAKE_RECORDS.put(key, (record, tuple(out.shape)))
+    return out, amax_out
