@@ -168,14 +168,15 @@ def test_replay_is_bit_identical(seed, device_splits):
     amax = torch.stack(cutequant.group_amax(x, splits))
     rng_state = torch.tensor([1234 + seed, 99], dtype=torch.int64, device="cuda")
     scale = torch.rand(g, generator=gen).add(0.5).cuda()
+    host = splits
     if device_splits:
-        splits = torch.tensor(splits, dtype=torch.int32 if seed else torch.int64, device="cuda")
+        splits = torch.tensor(host, dtype=torch.int32 if seed else torch.int64, device="cuda")
     for name, op in _cases(splits, amax, rng_state, scale).items():
         if device_splits and name.startswith(_HOST_ONLY):
             continue
         for _ in range(3):  # first sighting, cached (recorded), replay
             op(x)
-        fresh = grouped_input(splits, N_COLS, gen)
+        fresh = grouped_input(host, N_COLS, gen)
         want = _checked(lambda op=op, fresh=fresh: op(fresh))
         with poisoned_outputs(), _NoChecks():
             got = op(fresh)
@@ -264,3 +265,34 @@ def test_replayed_device_splits_are_still_checked_on_the_device():
         got = torch.stack(cutequant.group_amax(x, bad))
     assert torch.isnan(want).all()
     assert torch.equal(_bytes(got), _bytes(want))
+
+
+@pytest.mark.parametrize("seed", [2, 3])
+def test_replay_with_new_device_split_values(seed):
+    """A record made with one set of device split values serves other values of the same
+    count and total (the replay reruns the table kernel on the call's tensor): bit-identical to
+    the checked path on those values, every output byte written."""
+    gen = torch.Generator().manual_seed(seed)
+    g = 7 + 30 * (seed % 2)
+    first = random_splits(g, 64 * g, gen, zero_at=("front",))
+    second = random_splits(g, 64 * g, gen, zero_at=("middle", "end"))
+    assert sum(second) == sum(first) and second != first  # same M: the key holds x's shape
+    x = grouped_input(first, N_COLS, gen)
+    amax = torch.stack(cutequant.group_amax(x, first))
+    rng_state = torch.tensor([77, seed], dtype=torch.int64, device="cuda")
+    scale = torch.rand(g, generator=gen).add(0.5).cuda()
+    splits = torch.tensor(first, dtype=torch.int32, device="cuda")
+    for name, op in _cases(splits, amax, rng_state, scale).items():
+        if name.startswith(_HOST_ONLY):
+            continue
+        splits.copy_(torch.tensor(first, dtype=torch.int32))
+        for _ in range(3):  # first sighting, then recorded and replayed with `first`
+            op(x)
+        splits.copy_(torch.tensor(second, dtype=torch.int32))
+        fresh = grouped_input(second, N_COLS, gen)
+        want = _checked(lambda op=op, fresh=fresh: op(fresh))
+        with poisoned_outputs(), _NoChecks():
+            got = op(fresh)
+        assert got.keys() == want.keys(), name
+        for k in want:
+            assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
