@@ -10,6 +10,9 @@
     python perf/host_overhead.py breakdown          per op: the whole call, the call with its
                                                     launches stubbed out (Python + allocations),
                                                     and the launches' share
+    python perf/host_overhead.py queue              host time vs the work queued ahead (idle
+                                                    GPU one call at a time, back to back,
+                                                    behind a GPU sleep: shallow / deep queue)
 
 No synchronization inside the timed loops: what is measured is the CPU time to issue work.
 """
@@ -228,6 +231,44 @@ def conditions() -> None:
             )
 
 
+def _queue_costs(fn) -> dict:
+    """Median host time (us) of ``fn`` under four launch-queue conditions."""
+    out = {}
+    times = []
+    for _ in range(300):  # every call finds an idle GPU and an empty launch queue
+        torch.cuda.synchronize()
+        t = time.perf_counter_ns()
+        fn()
+        times.append(time.perf_counter_ns() - t)
+    out["idle, one at a time"] = statistics.median(times) / 1e3
+    out["back-to-back x1000"] = _cost_us(fn, 1000)
+    out["behind a sleep, rounds of 20"] = host_time_us(fn, 20, 15)
+    out["behind a sleep, rounds of 200"] = host_time_us(fn, 200, 3)
+    return out
+
+
+def queue() -> None:
+    """Host time of a few ops (and of torch's own launch) with an idle GPU and empty queue,
+    back to back on an idle GPU, and behind a GPU sleep with shallow and deep queues: whether
+    a launch's CPU cost depends on the work queued ahead of it."""
+    gen = torch.Generator().manual_seed(0)
+    for splits, n_cols in (([512, 0, 512], 512), ([1024] * 8, 2048)):
+        x = grouped_input(splits, n_cols, gen)
+        amax = torch.stack(cutequant.group_amax(x, splits))
+        ops = {
+            "torch.cuda._sleep(0)": lambda: torch.cuda._sleep(0),
+            "torch.empty(4096)": lambda: torch.empty(4096, device="cuda"),
+            "group_amax": lambda x=x, s=splits: cutequant.group_amax(x, s),
+            "nvfp4 (given amax)": lambda x=x, s=splits, a=amax: cutequant.nvfp4_group_quantize(
+                x, s, amax=a
+            ),
+            "nvfp4 (amax pass)": lambda x=x, s=splits: cutequant.nvfp4_group_quantize(x, s),
+        }
+        for name, fn in ops.items():
+            costs = "  ".join(f"{k} {v:5.1f}" for k, v in _queue_costs(fn).items())
+            print(f"{len(splits)} groups x {n_cols:5d}  {name:22s} {costs}")
+
+
 def _breakdown_ops(x, splits, amax) -> dict:
     from cutequant import dequant
 
@@ -308,6 +349,8 @@ def main(argv) -> int:
         conditions()
     elif argv and argv[0] == "breakdown":
         breakdown()
+    elif argv and argv[0] == "queue":
+        queue()
     else:
         profile(argv[1:] if argv and argv[0] == "profile" else argv)
     return 0

@@ -25,6 +25,12 @@ def _bytes(t) -> torch.Tensor:
 def _nvfp4_parts(res) -> dict:
     names = ("row_data", "row_scales", "col_data", "col_scales")
     out = {k: getattr(res, k) for k in names if getattr(res, k) is not None}
+    if res._layout.host_splits is None:
+        # device splits: the scale buffers have upper-bound sizes whose tail no kernel writes;
+        # every group's block (its padding included) is written
+        for k in ("row_scales", "col_scales"):
+            if k in out:
+                out[k] = torch.cat([g[k].reshape(-1) for g in res.groups()])
     out["amax"] = res._amax
     return out
 
