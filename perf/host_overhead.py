@@ -304,7 +304,7 @@ def _breakdown_ops(x, splits, amax) -> dict:
 
 
 def breakdown() -> None:
-    """Per op and input, host time (``bench.host_time_us``: 5 rounds of 200 calls behind a GPU
+    """Per op and input, host time (``bench.host_time_us``: 3 rounds of 100 calls behind a GPU
     sleep) of: the checked path (``replay.enabled`` off), the eager
     path (a replay of the recorded launches where the call has a record, runtime/replay.py),
     and the eager path with its launches stubbed out (what is left is Python and allocations;
@@ -324,14 +324,14 @@ def breakdown() -> None:
         for name, fn in _breakdown_ops(x, splits, amax).items():
             replay.enabled = False
             try:
-                checked = host_time_us(fn, 200, 5)
+                checked = host_time_us(fn, 100, 3)
             finally:
                 replay.enabled = True
-            eager = host_time_us(fn, 200, 5)
+            eager = host_time_us(fn, 100, 3)
             _launch.run = lambda spec, *args, stream: None
             replay.Replay.launch = lambda self, bases: []
             try:
-                stubbed = host_time_us(fn, 200, 5)
+                stubbed = host_time_us(fn, 100, 3)
             finally:
                 _launch.run, replay.Replay.launch = real_run, real_launch
             print(

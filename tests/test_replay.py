@@ -10,19 +10,36 @@ from cutequant import replay
 
 
 @pytest.mark.parametrize(
-    "splits, expected",
-    [
-        ([16, 0, 32], (16, 0, 32)),
-        ((16, 32), (16, 32)),
-        ([16.0, 32], None),  # 16.0 == 16 and hashes alike: must take the checked path
-        ([16, False, 32], None),  # False == 0
-        ([np.int64(16), 32], None),
-        (torch.tensor([16, 32]), None),
-        ("abc", None),
-    ],
+    "splits",
+    [[16.0, 32], [np.int64(16), 32], [np.float32(16), 32], torch.tensor([16, 32]), "abc", None],
 )
-def test_plain_splits(splits, expected):
-    assert replay.plain_splits(splits) == expected
+def test_split_key_refuses_what_is_not_plain_ints(splits):
+    """16.0 == 16 (and numpy scalars) must take the checked path, which names the problem."""
+    assert replay.split_key(splits) is None
+
+
+@pytest.mark.parametrize("groups", [4, 40])  # a tuple key / a SplitList key
+def test_split_keys_match_by_value_and_never_a_bool_for_a_zero(groups):
+    base = [16, 0, 32, 0] * (groups // 4)
+
+    def variant(i, v):
+        out = list(base)
+        out[i] = v
+        return out
+
+    memo = replay.CallMemo()
+    x = torch.zeros(16, dtype=torch.uint8)
+    probe = list(base)
+    memo.put(("op", replay.split_key(probe)), (replay.Replay([], [x]), 1))
+    assert memo.get(("op", replay.split_key(list(base)))) is not None
+    assert memo.get(("op", replay.split_key(tuple(base)))) is not None  # a tuple of the values
+    assert memo.get(("op", replay.split_key(variant(1, False)))) is None  # False == 0
+    assert memo.get(("op", replay.split_key(variant(-1, False)))) is None
+    assert memo.get(("op", replay.split_key(variant(0, 32)[:-2] + [16, 0]))) is None  # same sum
+    assert memo.get(("op", replay.split_key(base[:-1]))) is None
+    probe[0] = 32  # the caller's list changes after the call: the stored key kept a copy
+    assert memo.get(("op", replay.split_key(list(base)))) is not None
+    assert memo.get(("op", replay.split_key(probe))) is None
 
 
 def test_call_key_needs_a_cuda_tensor_and_plain_splits():
