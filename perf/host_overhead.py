@@ -35,6 +35,7 @@ OPS = {
     "nvfp4": lambda x, s: cutequant.nvfp4_group_quantize(x, s),
     "fp8": lambda x, s: cutequant.fp8_group_quantize(x, s),
     "amax": lambda x, s: cutequant.group_amax(x, s),
+    "fake_quant": lambda x, s: cutequant.nvfp4_fake_quantize(x, s),
 }
 
 
