@@ -260,7 +260,10 @@ def test_columnwise_register_pieces(fmt, undo_rht, out_dtype):
             for p in range(m.PAIRS):
                 first = [c0 + m.piece_column(p * per_pair) for c0, _ in lanes]
                 _whole_sectors(
-                    [(t0 + t, elem * c, elem * per_pair) for (_, t0), c in zip(lanes, first)]
+                    [
+                        (t0 + t, elem * c, elem * per_pair)
+                        for (_, t0), c in zip(lanes, first, strict=True)
+                    ]
                 )
     assert len(owner) == m.TILE_ROWS * m.TILE_COLS and set(owner.values()) == {1}
     assert max(c for _, c in owner) == m.TILE_COLS - 1

@@ -12,7 +12,6 @@ from cutequant import dequant, recipe_reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 
-
 @pytest.fixture(params=["registers", "shared"], ids=["stage_regs", "stage_smem"])
 def staging(request, monkeypatch):
     """The columnwise kernels' transpose (a compile variant: every spec key has it)."""
