@@ -363,12 +363,6 @@ class Fp8TileCastSpec(KernelSpec):
 
 OUT_DTYPES = ("bf16", "f16", "f32")
 DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
-# How a columnwise dequantize (transposed back to [M, N]) transposes its tile: "registers", each
-# thread decodes output row pieces of several columns and stores them itself (no
-# shared memory); "shared", the former stmatrix staging through a [64][128] shared tile (kept
-# for the A/B, perf/probes/dequant_walk.py --ab staging). "" for the kernels without the
-# transpose.
-DEQUANT_STAGINGS = ("registers", "shared")
 
 
 @dataclass(frozen=True)
@@ -389,20 +383,9 @@ class DequantizeSpec(KernelSpec):
     swizzled: bool = False
     out_dtype: str = "bf16"
     transposed_out: bool = False  # columnwise: keep the [N, M_g] blocks (no transpose back)
-    # DEQUANT_STAGINGS ("" = the first one where there is a transpose; left out of the key
-    # then, and always "" without a transpose)
-    staging: str = ""
 
     def __post_init__(self):
         super().__post_init__()
-        transposes = self.columnwise and not self.transposed_out
-        if self.staging not in ("", *DEQUANT_STAGINGS) or (self.staging and not transposes):
-            raise ValueError(
-                f"staging must be one of {DEQUANT_STAGINGS} for a columnwise dequantize "
-                f"transposed back (else empty), got {self.staging!r}"
-            )
-        if self.staging == DEQUANT_STAGINGS[0]:
-            object.__setattr__(self, "staging", "")  # one form (and key) per kernel
         if self.transposed_out and (not self.columnwise or self.undo_rht):
             raise ValueError("transposed_out: columnwise data without undo_rht only")
         if self.fmt not in DEQUANT_FORMATS:
@@ -413,21 +396,6 @@ class DequantizeSpec(KernelSpec):
             raise ValueError("undo_rht applies to NVFP4 columnwise data only")
         if self.swizzled and self.fmt != "nvfp4":
             raise ValueError("swizzled applies to NVFP4 scales only")
-
-    def staging_kind(self) -> str:
-        """The transpose's staging ("registers" / "shared"), or "" without a transpose."""
-        if not self.columnwise or self.transposed_out:
-            return ""
-        return self.staging or DEQUANT_STAGINGS[0]
-
-    def fields(self) -> dict:
-        out = super().fields()
-        if not out["staging"]:
-            del out["staging"]
-        return out
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "staging": self.staging_kind()}
 
 
 @dataclass(frozen=True)

@@ -93,37 +93,28 @@ def f16x2_rn(hi: Float32, lo: Float32, *, loc=None, ip=None) -> Uint32:
 
 @dsl_user_op
 def fp8x4_scaled_to_f32(
-    word: Uint32,
-    sf_f16x2: Uint32,
-    s: Float32,
-    kind: str = "e4m3",
-    sf_hi: Uint32 = None,
-    *,
-    loc=None,
-    ip=None,
+    word: Uint32, sf_f16x2: Uint32, s: Float32, kind: str = "e4m3", *, loc=None, ip=None
 ):
     """Four fp8 bytes of ``word`` (element 0 in bits 0-7) -> four fp32 ``f32(f32(v * sf) * s)``:
     the fp8 -> f16 conversion and the f16x2 multiply by ``sf_f16x2`` are exact (the caller
     guarantees it: an e4m3 scale times an e2m1 value, or 1.0), the fp32 multiply by ``s`` is
-    the one rounding. ``sf_hi``: elements 2 and 3 times it instead (each f16 half its own
-    scale: values of four columns with two column scales per register)."""
+    the one rounding."""
     ptx = (
         "{\n\t.reg .b16 lo, hi, a0, a1, a2, a3;\n\t.reg .b32 h0, h1;\n\t"
         "mov.b32 {lo, hi}, $4;\n\t"
         f"cvt.rn.f16x2.{kind}x2 h0, lo;\n\tcvt.rn.f16x2.{kind}x2 h1, hi;\n\t"
-        "mul.rn.f16x2 h0, h0, $5;\n\tmul.rn.f16x2 h1, h1, $7;\n\t"
+        "mul.rn.f16x2 h0, h0, $5;\n\tmul.rn.f16x2 h1, h1, $5;\n\t"
         "mov.b32 {a0, a1}, h0;\n\tmov.b32 {a2, a3}, h1;\n\t"
         "cvt.f32.f16 $0, a0;\n\tcvt.f32.f16 $1, a1;\n\t"
         "cvt.f32.f16 $2, a2;\n\tcvt.f32.f16 $3, a3;\n\t"
         "mul.rn.f32 $0, $0, $6;\n\tmul.rn.f32 $1, $1, $6;\n\t"
         "mul.rn.f32 $2, $2, $6;\n\tmul.rn.f32 $3, $3, $6;\n\t}"
     )
-    hi = sf_f16x2 if sf_hi is None else sf_hi
     res = llvm.inline_asm(
         llvm.StructType.get_literal([T.f32()] * 4),
-        _ir((word, sf_f16x2, s, hi), (Uint32, Uint32, Float32, Uint32), loc, ip),
+        _ir((word, sf_f16x2, s), (Uint32, Uint32, Float32), loc, ip),
         ptx,
-        "=f,=f,=f,=f,r,r,f,r",
+        "=f,=f,=f,=f,r,r,f",
         has_side_effects=False,
         is_align_stack=False,
     )
@@ -167,61 +158,6 @@ def nvfp4x8_to_f32(word: Uint32, sf_f16x2: Uint32, s_dec: Float32) -> list:
     """Eight e2m1 codes (element 0 in bits 0-3) of one block -> ``f32(f32(e2m1 * sf) * S_dec)``."""
     lo, hi = e2m1x8_to_e4m3(word)
     return fp8x4_scaled_to_f32(lo, sf_f16x2, s_dec) + fp8x4_scaled_to_f32(hi, sf_f16x2, s_dec)
-
-
-def nvfp4x8_cols_to_f32(word: Uint32, sf_pairs: list, s_dec: Float32) -> list:
-    """Eight e2m1 codes of eight columns (element i in bits 4i .. 4i + 3), column pair j scaled
-    by the f16 halves of ``sf_pairs[j]`` (``e4m3x2_to_f16x2``) -> ``f32(f32(e2m1 * sf) * S_dec)``:
-    the same instructions as one block's ``nvfp4x8_to_f32``."""
-    lo, hi = e2m1x8_to_e4m3(word)
-    return fp8x4_scaled_to_f32(lo, sf_pairs[0], s_dec, sf_hi=sf_pairs[1]) + fp8x4_scaled_to_f32(
-        hi, sf_pairs[2], s_dec, sf_hi=sf_pairs[3]
-    )
-
-
-# nibble_transpose8's PRMT selectors of words a (index bit clear), b: 16-bit halves (a0, b0) /
-# (a1, b1), then bytes (a0, b0, a2, b2) / (a1, b1, a3, b3)
-NIBBLE_T_SEL = ((0x5410, 0x7632), (0x6240, 0x7351))
-
-
-def nibble_transpose8(words: list) -> list:
-    """8 x 8 transpose of 4-bit elements: word i's nibble t -> word t's nibble i (nibble t in
-    bits 4t .. 4t + 3). Three swap stages, each exchanging one bit of the word index with the
-    same bit of the nibble index: bit 2 (16-bit halves, PRMT), bit 1 (bytes, PRMT), bit 0
-    (nibbles, shift + LOP3): 32 instructions for 64 codes. The columnwise dequantize turns
-    eight columns' 8-token words into eight tokens' 8-column words with it."""
-    w = list(words)
-    (lo2, hi2), (lo1, hi1) = NIBBLE_T_SEL
-    for i in range(4):  # word bit 2 <-> nibble bit 2
-        a, b = w[i], w[i + 4]
-        w[i], w[i + 4] = dev.prmt(a, b, lo2), dev.prmt(a, b, hi2)
-    for i in (0, 1, 4, 5):  # word bit 1 <-> nibble bit 1 (byte bit 0)
-        a, b = w[i], w[i + 2]
-        w[i], w[i + 2] = dev.prmt(a, b, lo1), dev.prmt(a, b, hi1)
-    m = Uint32(0x0F0F0F0F)
-    for i in range(0, 8, 2):  # word bit 0 <-> nibble bit 0
-        a, b = w[i], w[i + 1]
-        w[i] = (a & m) | ((b << Uint32(4)) & ~m)
-        w[i + 1] = ((a >> Uint32(4)) & m) | (b & ~m)
-    return w
-
-
-# PRMT selectors of two words a, b of fp8 bytes (element k in byte k): bytes a_k, b_k, a_k+1,
-# b_k+1 for k = 0 and k = 2 (two columns' values of two tokens, column pairs in 16-bit halves)
-FP8_PAIR_SEL = (0x5140, 0x7362)
-
-
-@dsl_user_op
-def e4m3x2_to_f16x2(word: Uint32, *, loc=None, ip=None) -> Uint32:
-    """Two e4m3 bytes (bits 0-7 and 8-15) as f16x2 (exact; element 0 in the low half)."""
-    return Uint32(
-        _pure(
-            T.i32(),
-            "{\n\t.reg .b16 b;\n\tcvt.u16.u32 b, $1;\n\tcvt.rn.f16x2.e4m3x2 $0, b;\n\t}",
-            "=r,r",
-            _ir((word,), (Uint32,), loc, ip),
-        )
-    )
 
 
 @dsl_user_op
@@ -290,25 +226,6 @@ def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
     ]
 
 
-def rht_sign_bytes(sign_mask: Int32) -> list:
-    """Four words whose byte b of word k has bit 7 = bit 4k + b of ``sign_mask`` (token 4k + b
-    negated), for ``rht_token_sign``: ((m >> 4k) & 0xF) * 0x10204080 moves bit b to bit
-    7 + 8b (the other products land on bits 7 + b + 7b', never 7 + 8b'', and never carry)."""
-    m = Uint32(sign_mask)
-    return [
-        (((m >> Uint32(4 * k)) & Uint32(0xF)) * Uint32(0x10204080)) & Uint32(0x80808080)
-        for k in range(4)
-    ]
-
-
-def rht_token_sign(sign_bytes: list, t: int) -> Uint32:
-    """All ones if token ``t`` of a 16-token block is negated by the inverse RHT, else 0: one
-    PRMT replicating the sign bit of byte t % 4 of ``rht_sign_bytes``' word t / 4 (the callers
-    XOR output words with it masked to their sign bits: RNE to bf16 / f16 is odd)."""
-    sel = (8 | (t & 3)) * 0x1111
-    return dev.prmt(sign_bytes[t >> 2], sign_bytes[t >> 2], sel)
-
-
 def pack_out(vals: list, out_dtype: str) -> list:
     """fp32 values -> 32-bit words of ``out_dtype`` (RNE; element 0 lowest)."""
     if out_dtype == "f32":
@@ -364,13 +281,7 @@ def load_global_v2(addr: Int64) -> list:
 
 
 def store_words(addr: Int64, words: list):
-    """1 or 2 words to global ``addr`` aligned to their size (one STG.32 / STG.64), or 4 or 8
-    words to a 16-byte aligned one (one or two STG.128)."""
-    assert len(words) in (1, 2, 4, 8)
-    if len(words) == 1:
-        dev.st_global_b32(addr, words[0])
-    if len(words) == 2:
-        dev.st_global_v2(addr, *words)
+    """4 or 8 words to 16-byte-aligned global ``addr`` (one or two STG.128)."""
     for q in range(len(words) // 4):
         dev.st_global_v4(addr + 16 * q, *words[4 * q : 4 * q + 4])
 

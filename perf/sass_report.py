@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import dataclasses
 import os
 import re
 import shutil
@@ -149,11 +148,6 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--family", default=None)
     p.add_argument("--match", default=None, help="only specs whose description has this text")
-    p.add_argument(
-        "--staging",
-        default=None,
-        help="columnwise dequantize transposes: compile this staging (registers / shared)",
-    )
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
@@ -170,8 +164,6 @@ def main(argv=None) -> int:
     for spec in cli.all_specs("sm_90a"):
         if args.family and spec.family != args.family:
             continue
-        if args.staging and getattr(spec, "staging_kind", lambda: "")():
-            spec = dataclasses.replace(spec, staging=args.staging)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
         d = out / jit.entry_name(spec)

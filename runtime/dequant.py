@@ -35,26 +35,14 @@ FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 # after the other, so that consecutive CTAs read consecutive pieces of each token run of the
 # [N, M_g] data (perf/NOTES.md, issue 20 attempt 5; perf/probes/dequant_walk.py measures both)
 COLUMNWISE_ROW_TILES_FIRST = False
-# the columnwise kernels' transpose (a compile variant, DequantizeSpec.staging): "registers",
-# each thread decodes and stores its output row pieces itself; "shared", the former
-# stmatrix staging through shared memory (perf/NOTES.md, issue 20 eighth session;
-# perf/probes/dequant_walk.py --ab staging measures both)
-COLUMNWISE_STAGING = "registers"
 
 
 def _round_up(a: int, b: int) -> int:
     return -(-a // b) * b
 
 
-def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    staging = COLUMNWISE_STAGING if columnwise and not transposed_out else ""
-    return _cached_spec(
-        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, staging
-    )
-
-
 @functools.cache
-def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, staging):
+def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -63,7 +51,6 @@ def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transpose
         swizzled=swizzled,
         out_dtype=out_dtype,
         transposed_out=transposed_out,
-        staging=staging,
     )
 
 

@@ -3,14 +3,9 @@
 test_gpu_dequant.py check the outputs bit for bit):
 
 * the e2m1 -> e4m3 decode (``e2m1x8_to_e4m3``: PRMT LUT + sign PRMT + LOP3), every 16-bit half;
-* the columnwise transpose in registers (``staging`` "registers", the default): the 8 x 8
-  nibble transpose, the FP8 column-pair PRMT, the inverse RHT's per-token sign masks, and the
-  thread pieces (every (token, column) once; every load and store instruction of a warp covers
-  whole 32-byte sectors; output words pair adjacent columns);
-* the columnwise staging tile (``staging`` "shared"): ``stmatrix.x4.trans`` (16-bit outputs) or
-  STS.32 (fp32) stores of every lane land each (token, column) value on its own bytes, the
-  16-byte loads of the store-out read back output row pieces in order, and no shared phase has
-  a bank conflict;
+* the columnwise staging tile: ``stmatrix.x4.trans`` (16-bit outputs) or STS.32 (fp32) stores
+  of every lane land each (token, column) value on its own bytes, the 16-byte loads of the
+  store-out read back output row pieces in order, and no shared phase has a bank conflict;
 * the device-split warp search of ``find_tile`` against a linear scan.
 """
 
@@ -131,8 +126,7 @@ def _stage_stores(m, elem: int) -> dict:
 
 @pytest.mark.parametrize("out_dtype", ["bf16", "f16", "f32"])
 def test_columnwise_staging_tile(out_dtype):
-    spec = specs.DequantizeSpec(columnwise=True, out_dtype=out_dtype, staging="shared")
-    m = jit.load_module(spec)
+    m = jit.load_module(specs.DequantizeSpec(columnwise=True, out_dtype=out_dtype))
     elem = m.OUT_BYTES
     owner = _stage_stores(m, elem)
     assert len(owner) == m.TILE_ROWS * m.TILE_COLS * elem
@@ -154,119 +148,6 @@ def test_columnwise_staging_tile(out_dtype):
                 seen.add((r, ch))
             assert _bank_ways(addrs, 16) == 1
     assert len(seen) == m.TILE_ROWS * m.CHUNKS
-
-
-def nibble_transpose8(words: list) -> list:
-    """``dequant.nibble_transpose8`` on Python ints (same selectors and masks)."""
-    w = list(words)
-    (lo2, hi2), (lo1, hi1) = dq.NIBBLE_T_SEL
-    for i in range(4):
-        a, b = w[i], w[i + 4]
-        w[i], w[i + 4] = prmt(a, b, lo2), prmt(a, b, hi2)
-    for i in (0, 1, 4, 5):
-        a, b = w[i], w[i + 2]
-        w[i], w[i + 2] = prmt(a, b, lo1), prmt(a, b, hi1)
-    m = 0x0F0F0F0F
-    for i in range(0, 8, 2):
-        a, b = w[i], w[i + 1]
-        w[i] = (a & m) | ((b << 4) & ~m & 0xFFFFFFFF)
-        w[i + 1] = ((a >> 4) & m) | (b & ~m & 0xFFFFFFFF)
-    return w
-
-
-def test_nibble_transpose():
-    rng = random.Random(3)
-    for _ in range(2000):
-        words = [rng.getrandbits(32) for _ in range(8)]
-        got = nibble_transpose8(words)
-        for t in range(8):
-            for i in range(8):
-                assert (got[t] >> (4 * i)) & 0xF == (words[i] >> (4 * t)) & 0xF
-
-
-def test_fp8_column_pairs():
-    """PRMT of two columns' words: bytes (a_k, b_k, a_k+1, b_k+1), k = 0 and 2."""
-    a, b = 0x33221100, 0x77665544
-    for k, sel in zip((0, 2), dq.FP8_PAIR_SEL, strict=True):
-        want = [k, 4 + k, k + 1, 5 + k]  # byte values 0x00 + 0x11 * index
-        got = prmt(a, b, sel)
-        assert [(got >> (8 * i)) & 0xFF for i in range(4)] == [0x11 * x for x in want]
-
-
-def test_rht_token_signs():
-    """``rht_sign_bytes`` + ``rht_token_sign``: all ones exactly for the negated tokens."""
-    rng = random.Random(4)
-    masks = [0, 0xFFFF, 0xD7E8, 0x8001] + [rng.getrandbits(16) for _ in range(3000)]
-    for m in masks:
-        words = [(((m >> (4 * k)) & 0xF) * 0x10204080) & 0x80808080 for k in range(4)]
-        for t in range(16):
-            sel = (8 | (t & 3)) * 0x1111
-            got = prmt(words[t >> 2], words[t >> 2], sel)
-            assert got == (0xFFFFFFFF if (m >> t) & 1 else 0), (hex(m), t)
-
-
-def _whole_sectors(pieces) -> None:
-    """(line, first byte, bytes) of one warp instruction: every 32-byte sector it touches is
-    covered entirely, each byte once."""
-    seen = collections.defaultdict(set)
-    for line, start, size in pieces:
-        for b in range(start, start + size):
-            assert b not in seen[line], "two lanes on one byte"
-            seen[line].add(b)
-    for line, got in seen.items():
-        for sector in {b // 32 for b in got}:
-            assert set(range(32 * sector, 32 * sector + 32)) <= got, (line, sector)
-
-
-REGISTER_VARIANTS = [
-    ("nvfp4", False, "bf16"),
-    ("nvfp4", False, "f32"),
-    ("nvfp4", True, "bf16"),
-    ("nvfp4", True, "f32"),
-    ("e4m3", False, "bf16"),
-    ("e4m3", False, "f32"),
-]
-
-
-@pytest.mark.parametrize("fmt, undo_rht, out_dtype", REGISTER_VARIANTS)
-def test_columnwise_register_pieces(fmt, undo_rht, out_dtype):
-    """Thread pieces of the register transpose, as the kernel computes them (``thread_piece``,
-    ``piece_column``): loads of column piece_column(i) (instruction i), one store per token and
-    column pair (RHT) or per token (whole-sector instructions), each value once."""
-    spec = specs.DequantizeSpec(fmt=fmt, columnwise=True, undo_rht=undo_rht, out_dtype=out_dtype)
-    assert spec.staging_kind() == "registers"
-    m = jit.load_module(spec)
-    elem = m.OUT_BYTES
-    token_bytes = 0.5 if fmt == "nvfp4" else 1
-    per_pair = m.COLS // m.PAIRS  # adjacent columns per store
-    owner = collections.Counter()
-    for warp in range(m.THREADS // 32):
-        lanes = [m.thread_piece(32 * warp + lane) for lane in range(32)]
-        for c0, t0 in lanes:
-            cols = [c0 + m.piece_column(i) for i in range(m.COLS)]
-            for i in range(0, m.COLS, per_pair):  # a store's columns are adjacent, in order
-                assert cols[i : i + per_pair] == list(range(cols[i], cols[i] + per_pair))
-            owner.update((t0 + t, c) for t in range(m.TOKENS) for c in cols)
-            assert t0 % 16 + m.TOKENS <= 16 or m.TOKENS == 16  # one scale block
-            assert t0 % m.TOKENS == 0
-        for i in range(m.COLS):  # load instruction i: column i of every lane's piece
-            _whole_sectors(
-                [
-                    (c0 + m.piece_column(i), int(t0 * token_bytes), int(m.TOKENS * token_bytes))
-                    for c0, t0 in lanes
-                ]
-            )
-        for t in range(m.TOKENS):  # store instruction (token t, pair p)
-            for p in range(m.PAIRS):
-                first = [c0 + m.piece_column(p * per_pair) for c0, _ in lanes]
-                _whole_sectors(
-                    [
-                        (t0 + t, elem * c, elem * per_pair)
-                        for (_, t0), c in zip(lanes, first, strict=True)
-                    ]
-                )
-    assert len(owner) == m.TILE_ROWS * m.TILE_COLS and set(owner.values()) == {1}
-    assert max(c for _, c in owner) == m.TILE_COLS - 1
 
 
 def _warp_search(starts: list, row_tile: int, ordered: bool = True):

@@ -1,7 +1,5 @@
 """GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
-(bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with both
-stagings of the columnwise transpose (``dequant.COLUMNWISE_STAGING``: registers, shared);
-tests parametrized rowwise only run once."""
+(bit-exact; outputs poisoned first, so an unwritten value shows up)."""
 
 import pytest
 import torch
@@ -11,20 +9,7 @@ import cutequant
 from cutequant import dequant, recipe_reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
-
-@pytest.fixture(params=["registers", "shared"], ids=["stage_regs", "stage_smem"])
-def staging(request, monkeypatch):
-    """The columnwise kernels' transpose (a compile variant: every spec key has it)."""
-    callspec = getattr(request.node, "callspec", None)
-    params = callspec.params if callspec is not None else {}
-    rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
-    if request.param == "shared" and rowwise:
-        pytest.skip("rowwise: no transpose")
-    monkeypatch.setattr(dequant, "COLUMNWISE_STAGING", request.param)
-    return request.param
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("staging")]
+pytestmark = pytest.mark.gpu
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 NVFP4_MODES = [  # (columnwise, undo_rht)

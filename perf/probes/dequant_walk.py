@@ -1,15 +1,10 @@
-"""A/Bs of the columnwise dequantize kernels, interleaved rounds on the bench's cases (CUDA
-graph replay), checking first that both sides give the same bits:
+"""A/B of the columnwise dequantize kernels' CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``,
+a kernel argument: no recompile): column tiles fastest vs a column strip's row tiles first,
+interleaved rounds on the bench's cases; checks first that both orders give the same bits.
 
-* ``--ab walk`` (default): the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel
-  argument: no recompile), column tiles fastest vs a column strip's row tiles first;
-* ``--ab staging``: the transpose (``dequant.COLUMNWISE_STAGING``, a compile variant), the
-  stmatrix staging through shared memory vs registers only (about 1-2 minutes on an H200,
-  compiles included).
-
-    python perf/probes/dequant_walk.py [--ab staging] [--rounds 2] [--ops ...] [--cases ...]
+    python perf/probes/dequant_walk.py [--rounds 2] [--ops nvfp4_dequantize_col,...]
     python perf/probes/dequant_walk.py --rows-first perf/bench.py --ops ...   # any script
-    python perf/probes/dequant_walk.py --shared -m pytest tests/test_gpu_dequant.py
+    python perf/probes/dequant_walk.py --rows-first -m pytest tests/test_gpu_dequant.py
 """
 
 import argparse
@@ -25,11 +20,6 @@ import bench  # noqa: E402
 from cutequant import dequant  # noqa: E402
 
 COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
-# (module attribute, its two values, the column header)
-ABS = {
-    "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), "cols first / rows first"),
-    "staging": ("COLUMNWISE_STAGING", ("shared", "registers"), "shared / registers"),
-}
 
 
 def _first_output(op: str, case: str) -> torch.Tensor:
@@ -46,54 +36,48 @@ def _first_output(op: str, case: str) -> torch.Tensor:
     return calls[0].view(torch.int16 if calls[0].element_size() == 2 else torch.int32)
 
 
-def _same_bits(op: str, case: str, attr: str, values) -> None:
-    """Both sides write the same output."""
+def _same_bits(op: str, case: str) -> None:
+    """Both orders write the same output."""
     outs = []
-    for value in values:
-        setattr(dequant, attr, value)
+    for first in (False, True):
+        dequant.COLUMNWISE_ROW_TILES_FIRST = first
         outs.append(_first_output(op, case))
-    assert torch.equal(outs[0], outs[1]), f"{op} {case}: {attr} {values} differ"
+    assert torch.equal(outs[0], outs[1]), f"{op} {case}: the two orders differ"
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--ab", choices=sorted(ABS), default="walk")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ops", default=COL_OPS)
     p.add_argument("--cases", default=",".join(bench.CASES))
     args = p.parse_args(argv)
-    attr, values, header = ABS[args.ab]
-    default = getattr(dequant, attr)
     copy = bench.copy_bandwidth_gbps()
-    print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s; {attr} {values}")
-    for op in args.ops.split(","):  # bits first, every op and case
-        for case in args.cases.split(","):
-            _same_bits(op, case, attr, values)
-    print("bits: both sides identical on every op and case")
-    rounds = " | ".join(f"{header}, round {r + 1}" for r in range(args.rounds))
-    print(f"| op | case | {rounds} |")
+    print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
+    print(
+        "| op | case | "
+        + " | ".join(f"cols first / rows first, round {r + 1}" for r in range(args.rounds))
+        + " |"
+    )
     for op in args.ops.split(","):
         for case in args.cases.split(","):
+            _same_bits(op, case)
             cells = []
             for _ in range(args.rounds):
                 pair = []
-                for value in values:
-                    setattr(dequant, attr, value)
+                for first in (False, True):
+                    dequant.COLUMNWISE_ROW_TILES_FIRST = first
                     fn, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(1234))
                     us = bench.graph_time_us(fn)
                     pair.append(f"{us:.1f} us {100 * nbytes / us / 1e3 / copy:.1f}%")
                 cells.append(" / ".join(pair))
             print(f"| {op} | {case} | " + " | ".join(cells) + " |", flush=True)
-    setattr(dequant, attr, default)
+    dequant.COLUMNWISE_ROW_TILES_FIRST = False
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] in ("--rows-first", "--shared"):
-        if sys.argv[1] == "--rows-first":
-            dequant.COLUMNWISE_ROW_TILES_FIRST = True
-        else:
-            dequant.COLUMNWISE_STAGING = "shared"
+    if len(sys.argv) > 1 and sys.argv[1] == "--rows-first":
+        dequant.COLUMNWISE_ROW_TILES_FIRST = True
         if sys.argv[2] == "-m":
             sys.argv = [sys.argv[3]] + sys.argv[4:]
             runpy.run_module(sys.argv[0], run_name="__main__")
