@@ -42,18 +42,6 @@ class Fp8GroupedTensor(groups.GroupedViews):
     amax = property(lambda self: self._amax[0])
 
     @property
-    def _amax(self) -> torch.Tensor:
-        """fp32 [1 or 2, G] amax (row first): its own tensor, or a view into the outputs."""
-        if self._amax_t is None:
-            self._amax_t = self._outputs.get("amax")
-        return self._amax_t
-
-    def stats_tensor(self) -> torch.Tensor | None:
-        """The amax tensor when it is not part of the outputs buffer, else None (what a
-        replayed dequantize addresses: replay.py)."""
-        return None if "amax" in getattr(self._outputs, "spans", ()) else self._amax_t
-
-    @property
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:
             self._offsets = groups.element_offsets(self._layout, self.n_cols, self._amax.device)
@@ -150,7 +138,7 @@ def fp8_group_quantize(
         dev = x.device
         # a host-split call's amax is the outputs buffer's "amax" part (run_fp8_quantize)
         amax = None if amax_shape is None else _launch.output_allocator(amax_shape, _F32, dev)
-        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = splits if splits.__class__ is torch.Tensor else None
         fresh = record.launch((x, amax, outputs.buf, scale, device_splits))
         if fresh:  # device splits: this call's tables, in the replay's fresh buffer
@@ -266,12 +254,7 @@ def run_fp8_quantize(
     # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
     amax_rows = 1 if delayed else 2
-    # An eager call with host splits carves the amax from its one outputs allocation (an
-    # allocation costs 2-5 us of host time; the result views it on first use). Device splits
-    # need it as a tensor (the table kernel poisons it), the op (SeparateOutputs) returns it.
-    packed = (
-        output_kind is groups.PackedOutputs and m_rows > 0 and not isinstance(splits, torch.Tensor)
-    )
+    packed = groups.carves_amax(output_kind, m_rows, splits)
     amax = None if packed else new_amax(amax_rows, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)

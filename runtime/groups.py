@@ -248,9 +248,23 @@ class GroupLayout:
 
 
 class GroupedViews:
-    """Per-group access shared by the grouped result classes (they hold ``_layout``)."""
+    """Per-group access shared by the grouped result classes (they hold ``_layout``, their
+    outputs ``_outputs`` and ``_amax_t``: the amax tensor, or None when it is the outputs'
+    "amax" part, carved from the one allocation of an eager call with host splits)."""
 
     _layout: GroupLayout
+
+    @property
+    def _amax(self) -> torch.Tensor:
+        """fp32 [rows, G] amax (row amax first): its own tensor or a view into the outputs."""
+        if self._amax_t is None:
+            self._amax_t = self._outputs.get("amax")
+        return self._amax_t
+
+    def stats_tensor(self) -> torch.Tensor | None:
+        """The amax tensor when it is not part of the outputs buffer, else None (what a
+        replayed dequantize addresses: replay.py)."""
+        return None if "amax" in getattr(self._outputs, "spans", ()) else self._amax_t
 
     @property
     def num_groups(self) -> int:
@@ -686,7 +700,7 @@ class PackedOutputs:
     @classmethod
     def allocate(cls, parts: dict, device: torch.device) -> PackedOutputs:
         total, spans = cls.plan(parts)
-        return cls(_launch.output_allocator((total,), torch.uint8, device), spans)
+        return cls(_launch.output_allocator(total, torch.uint8, device), spans)
 
     def addr(self, name: str, fallback: int) -> int:
         """Device address of ``name`` (``fallback`` when it is not computed)."""
@@ -706,6 +720,15 @@ class PackedOutputs:
             view = self.buf[off : off + n].view(dtype).view(shape)
             self._views[name] = view
         return view
+
+
+def carves_amax(output_kind, m_rows: int, splits) -> bool:
+    """Whether a call's computed amax is a part ("amax") of its outputs allocation: eager calls
+    (``PackedOutputs``) with host splits and rows. An allocation costs 2-5 us of host time;
+    the result views the part on first use. Device splits need the amax as a tensor of its own
+    (the table kernel poisons it), the torch.library ops (``SeparateOutputs``) return it, and
+    without rows no kernel writes it (it is zeros)."""
+    return output_kind is PackedOutputs and m_rows > 0 and not isinstance(splits, torch.Tensor)
 
 
 class SeparateOutputs(dict):

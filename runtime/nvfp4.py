@@ -69,18 +69,6 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     amax_col = property(lambda self: self._amax[1])
 
     @property
-    def _amax(self) -> torch.Tensor:
-        """fp32 [2, G] (row, col) amax: the given one, else a view into the outputs buffer."""
-        if self._amax_t is None:
-            self._amax_t = self._outputs.get("amax")
-        return self._amax_t
-
-    def stats_tensor(self) -> torch.Tensor | None:
-        """The amax tensor when it is not part of the outputs buffer (a given amax), else None
-        (what a replayed dequantize addresses: replay.py)."""
-        return None if "amax" in getattr(self._outputs, "spans", ()) else self._amax_t
-
-    @property
     def offsets(self) -> torch.Tensor:
         if self._offsets is None:
             self._offsets = groups.byte_offsets(self._layout, self.n_cols, self._amax.device)
@@ -279,7 +267,7 @@ def nvfp4_group_quantize(
         if amax is None and "amax" not in spans:  # device splits: the amax is its own tensor
             amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
         # else a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
-        outputs = groups.PackedOutputs(_launch.output_allocator((total,), _U8, dev), spans)
+        outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = splits if splits.__class__ is torch.Tensor else None
         fresh = record.launch((x, amax, outputs.buf, rng_state, device_splits))
         if fresh:  # device splits: this call's tables, in the replay's fresh buffer
@@ -397,15 +385,7 @@ def run_quantize(
     if stochastic_rounding and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
     computed = amax is None
-    # An eager call with host splits carves the computed amax from its one outputs allocation
-    # (an allocation costs 2-5 us of host time; the result views it on first use). Device splits
-    # need it as a tensor (the table kernel poisons it), the op (SeparateOutputs) returns it.
-    packed = (
-        computed
-        and output_kind is groups.PackedOutputs
-        and m_rows > 0
-        and not isinstance(splits, torch.Tensor)
-    )
+    packed = computed and groups.carves_amax(output_kind, m_rows, splits)
     if computed and not packed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
     layout = groups.prepare_groups(

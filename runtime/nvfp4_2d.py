@@ -448,7 +448,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
-        buf = _launch.output_allocator((total,), torch.uint8, weights.device)
+        buf = _launch.output_allocator(total, torch.uint8, weights.device)
         outputs = groups.PackedOutputs(buf, spans)
         # as the checked path: a copy of the given amax, else the outputs' "amax" part
         amax_out = amax.clone() if amax is not None else None

@@ -159,6 +159,17 @@ def _cases(splits, amax, rng_state, scale):
     }
 
 
+def _assert_replay_matches_checked(name: str, op, x) -> None:
+    """``op(x)`` replayed (the checked path made to raise, every output byte poisoned) equals
+    the checked path's result bit for bit."""
+    want = _checked(lambda: op(x))
+    with poisoned_outputs(), _NoChecks():
+        got = op(x)
+    assert got.keys() == want.keys(), name
+    for k in want:
+        assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
+
+
 # the ops whose results keep host split lists only (dequantize of a device-split result reads
 # that result's own tables and is not replayed; the 2D ops take no splits)
 _HOST_ONLY = ("nvfp4_dequantize", "fp8_dequantize", "weights_2d")
@@ -183,12 +194,7 @@ def test_replay_is_bit_identical(seed, device_splits):
         for _ in range(3):  # first sighting, cached (recorded), replay
             op(x)
         fresh = grouped_input(host, N_COLS, gen)
-        want = _checked(lambda op=op, fresh=fresh: op(fresh))
-        with poisoned_outputs(), _NoChecks():
-            got = op(fresh)
-        assert got.keys() == want.keys(), name
-        for k in want:
-            assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
+        _assert_replay_matches_checked(name, op, fresh)
 
 
 def test_replay_still_checks_what_the_key_cannot_hold():
@@ -296,9 +302,4 @@ def test_replay_with_new_device_split_values(seed):
             op(x)
         splits.copy_(torch.tensor(second, dtype=torch.int32))
         fresh = grouped_input(second, N_COLS, gen)
-        want = _checked(lambda op=op, fresh=fresh: op(fresh))
-        with poisoned_outputs(), _NoChecks():
-            got = op(fresh)
-        assert got.keys() == want.keys(), name
-        for k in want:
-            assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
+        _assert_replay_matches_checked(name, op, fresh)
