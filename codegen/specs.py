@@ -363,6 +363,12 @@ class Fp8TileCastSpec(KernelSpec):
 
 OUT_DTYPES = ("bf16", "f16", "f32")
 DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
+# Tokens per CTA tile of a columnwise dequantize transposed back (DequantizeSpec.col_tokens):
+# 64, the 64 x 128 tile (each column row read in 32-byte NVFP4 / 64-byte FP8 pieces); 128 and
+# 256, tiles of 2 or 4 consecutive 64-row tiles x 64 columns (32 for f32 at 256), read 64-128
+# (NVFP4) / 128-256 (FP8) contiguous bytes per column row (perf/NOTES.md, "longer runs per
+# column row"; perf/probes/dequant_walk.py --ab tokens compares them)
+DEQUANT_COL_TOKENS = (64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -383,9 +389,18 @@ class DequantizeSpec(KernelSpec):
     swizzled: bool = False
     out_dtype: str = "bf16"
     transposed_out: bool = False  # columnwise: keep the [N, M_g] blocks (no transpose back)
+    # DEQUANT_COL_TOKENS: tokens per tile of the columnwise kernels transposed back (64, the
+    # default, is left out of the key: those kernels keep their keys and sources)
+    col_tokens: int = 64
 
     def __post_init__(self):
         super().__post_init__()
+        transposes = self.columnwise and not self.transposed_out
+        if self.col_tokens not in DEQUANT_COL_TOKENS or (self.col_tokens != 64 and not transposes):
+            raise ValueError(
+                f"col_tokens must be one of {DEQUANT_COL_TOKENS} for a columnwise dequantize "
+                f"transposed back (else 64), got {self.col_tokens!r}"
+            )
         if self.transposed_out and (not self.columnwise or self.undo_rht):
             raise ValueError("transposed_out: columnwise data without undo_rht only")
         if self.fmt not in DEQUANT_FORMATS:
@@ -396,6 +411,15 @@ class DequantizeSpec(KernelSpec):
             raise ValueError("undo_rht applies to NVFP4 columnwise data only")
         if self.swizzled and self.fmt != "nvfp4":
             raise ValueError("swizzled applies to NVFP4 scales only")
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if out["col_tokens"] == 64:
+            del out["col_tokens"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "col_tokens": self.col_tokens}
 
 
 @dataclass(frozen=True)

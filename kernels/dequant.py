@@ -212,6 +212,20 @@ def inverse_rht16_unsigned(v: list, quarter: bool = True) -> list:
     return [mul_rn(x, Float32(0.25)) for x in v]
 
 
+@cute.jit
+def rht_fast_scales(gs: list) -> Int32:
+    """1 when every S_dec of ``gs`` lies in [2^-90, 2^112] (NaN: no), where the inverse RHT may
+    fold its final * 0.25 into S_dec (the columnwise dequantize template; perf/NOTES.md, issue
+    20 #4), else 0."""
+    fast = Int32(1)
+    for b in cutlass.range_constexpr(len(gs)):
+        inside = Int32(0)
+        if gs[b] >= Float32(2.0**-90) and gs[b] <= Float32(2.0**112):
+            inside = Int32(1)
+        fast = fast & inside
+    return fast
+
+
 def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
     """Per output word of a 16-token block (``pack_out`` order: tokens 2j, 2j + 1 in the 16-bit
     halves, or one fp32 word per token), the sign bits of the inverse RHT: bit i of
@@ -395,6 +409,37 @@ def find_tile(
         if row_tile < total:
             live = Int32(1)
     return live, g, row0, group_rows, tile_local, scale_start
+
+
+@cute.jit
+def find_tiles(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    row_tiles: Int32,
+    first: Int32,
+    scale_row: cutlass.Constexpr,
+    count: cutlass.Constexpr,
+):
+    """``find_tile`` of the ``count`` consecutive 64-row tiles ``first`` .. ``first + count -
+    1`` (one CTA of a columnwise dequantize with longer tiles), flat: 6 values per tile. A tile
+    whose predecessor does not end its group is the next tile of that group (no memory access:
+    the common case); only a tile after a group's last one is looked up again (it may start a
+    later group, or lie past the end). Tiles past the end keep the previous group with
+    ``tile_local`` past its rows: rows left <= 0, so they load and store nothing, and their
+    group (whose scale the caller reuses) stays valid. The condition is the same in every
+    thread (device splits: ``find_tile`` is warp-collective)."""
+    out = find_tile(tables, num_groups, row_tiles, first, scale_row)
+    prev = out
+    for j in cutlass.range_constexpr(1, count):
+        live, g, row0, rows, tl, ss = prev
+        nxt = (live, g, row0, rows, tl + 1, ss)
+        if live != 0 and rows - tl * sched.TILE_ROWS <= sched.TILE_ROWS:
+            found = find_tile(tables, num_groups, row_tiles, first + j, scale_row)
+            if found[0] != 0:
+                nxt = found
+        out = out + nxt
+        prev = nxt
+    return out
 
 
 @dsl_user_op

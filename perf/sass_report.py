@@ -16,13 +16,14 @@ so this is close to the issued instructions per value (both copies of the tile l
 device-split search count too).
 
     python perf/sass_report.py [--out DIR] [--family group_amax] [--match stochastic=True]
-                               [--loops] [--body] [--cuobjdump PATH]
+                               [--col-tokens 128] [--loops] [--body] [--cuobjdump PATH]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import re
 import shutil
@@ -148,6 +149,12 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--family", default=None)
     p.add_argument("--match", default=None, help="only specs whose description has this text")
+    p.add_argument(
+        "--col-tokens",
+        type=int,
+        default=None,
+        help="columnwise dequantize transposes: compile tiles of this many tokens (64/128/256)",
+    )
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
@@ -164,6 +171,9 @@ def main(argv=None) -> int:
     for spec in cli.all_specs("sm_90a"):
         if args.family and spec.family != args.family:
             continue
+        transposes = getattr(spec, "columnwise", False) and not getattr(spec, "transposed_out", 1)
+        if args.col_tokens and transposes:
+            spec = dataclasses.replace(spec, col_tokens=args.col_tokens)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
         d = out / jit.entry_name(spec)

@@ -35,14 +35,28 @@ FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 # after the other, so that consecutive CTAs read consecutive pieces of each token run of the
 # [N, M_g] data (perf/NOTES.md, issue 20 attempt 5; perf/probes/dequant_walk.py measures both)
 COLUMNWISE_ROW_TILES_FIRST = False
+# tokens per tile of the columnwise kernels transposed back (a compile variant,
+# DequantizeSpec.col_tokens, read when the spec is built): 64, the 64 x 128 tiles; 128 / 256,
+# tiles of 2 / 4 consecutive 64-row tiles x 64 columns that read 64 / 128 contiguous bytes of
+# each NVFP4 column row (FP8: 128 / 256) per tile, testing whether the read side's DRAM
+# locality limits these kernels (perf/NOTES.md, "longer runs per column row";
+# perf/probes/dequant_walk.py --ab tokens measures them)
+COLUMNWISE_TOKENS = 64
 
 
 def _round_up(a: int, b: int) -> int:
     return -(-a // b) * b
 
 
-@functools.cache
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
+    tokens = COLUMNWISE_TOKENS if columnwise and not transposed_out else 64
+    return _cached_spec(
+        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens
+    )
+
+
+@functools.cache
+def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens):
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -51,6 +65,7 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=F
         swizzled=swizzled,
         out_dtype=out_dtype,
         transposed_out=transposed_out,
+        col_tokens=tokens,
     )
 
 
@@ -210,7 +225,12 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
     row_ctas = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
     if row_ctas == 0:
         return
-    col_tiles = -(-n_cols // 128)
+    # a CTA of the longer columnwise tiles takes col_tokens / 64 consecutive 64-row tiles
+    row_ctas = -(-row_ctas // (spec.col_tokens // 64))
+    # the template's TILE_COLS: 128, or the fewest columns of >= 128-byte output rows
+    out_bytes = 4 if spec.out_dtype == "f32" else 2
+    tile_cols = max(128 * 64 // spec.col_tokens, 128 // out_bytes)
+    col_tiles = -(-n_cols // tile_cols)
     walk = spec.columnwise and not spec.transposed_out and COLUMNWISE_ROW_TILES_FIRST
     walk = walk and col_tiles < 1 << 16  # the grid's y extent
     _launch.run(
@@ -373,7 +393,10 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     buf, stats = outputs.buf, result.stats_tensor()
     dev = buf.device
     stream = torch._C._cuda_getCurrentRawStream(dev.index)
-    key = (id(outputs.spans), id(layout), flags, tuple(map(type, flags)), out_dtype, stream)
+    # the columnwise layout switches too: a record holds the kernel they chose
+    layout_flags = (COLUMNWISE_TOKENS, COLUMNWISE_ROW_TILES_FIRST)
+    key = (id(outputs.spans), id(layout), flags, tuple(map(type, flags)), out_dtype, stream,
+           layout_flags)  # fmt: skip
     hit = _RECORDS.get(key)
     if hit is not None and hit[1] is outputs.spans and hit[2] is layout:
         record, _, _, shape = hit

@@ -267,3 +267,25 @@ def test_2d_work_items_match_the_kernel():
                     3, rows, cols, spec.rowwise, spec.columnwise, bool(spec.fake_out)
                 )
                 assert got == want, (spec.describe(), rows, cols)
+
+
+def test_dequantize_col_tokens_key():
+    """``col_tokens`` 64 (the default) stays out of the key (the 64 x 128 kernels keep their
+    keys and sources); 128 / 256 are other kernels; only columnwise kernels transposed back
+    take them."""
+    base = S.DequantizeSpec(columnwise=True)
+    assert "col_tokens" not in base.key()
+    assert dataclasses.replace(base, col_tokens=64).key() == base.key()
+    keys = {base.key()}
+    for tokens in (128, 256):
+        other = dataclasses.replace(base, col_tokens=tokens)
+        assert module_name(other) != module_name(base)
+        keys.add(other.key())
+    assert len(keys) == 3
+    for bad in (
+        {"col_tokens": 96},
+        {"col_tokens": 128, "columnwise": False},
+        {"col_tokens": 128, "transposed_out": True},
+    ):
+        with pytest.raises(ValueError, match="col_tokens"):
+            dataclasses.replace(base, **bad)

@@ -55,6 +55,22 @@ def test_compiles_for_arch(spec, tmp_path, launch_smem):
     assert int(launch_smem[0] or 0) <= capacity, (spec.arch, launch_smem[0], capacity)
 
 
+LONG_TILES = [
+    dataclasses.replace(s, col_tokens=tokens)
+    for s in ALL
+    if s.family == "dequantize" and s.columnwise and not s.transposed_out
+    for tokens in S.DEQUANT_COL_TOKENS[1:]
+]
+
+
+@pytest.mark.parametrize("spec", LONG_TILES, ids=lambda s: s.describe())
+def test_longer_columnwise_dequantize_tiles_compile(spec, tmp_path, launch_smem):
+    """The columnwise dequantize's 128- / 256-token tiles (``DequantizeSpec.col_tokens``, the
+    A/B variants: not in ``all_specs``) compile, within the shared memory of a CTA."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+    assert len(launch_smem) == 1 and int(launch_smem[0]) <= 64 * 1024 + 1024
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

@@ -6,12 +6,19 @@ test_gpu_dequant.py check the outputs bit for bit):
 * the columnwise staging tile: ``stmatrix.x4.trans`` (16-bit outputs) or STS.32 (fp32) stores
   of every lane land each (token, column) value on its own bytes, the 16-byte loads of the
   store-out read back output row pieces in order, and no shared phase has a bank conflict;
-* the device-split warp search of ``find_tile`` against a linear scan.
+* the device-split warp search of ``find_tile`` against a linear scan;
+* the columnwise tiles of every ``DequantizeSpec.col_tokens`` (64 / 128 / 256) over uneven
+  groups: each lane's loads and each thread's output stores, emulated from the template's
+  address formulas and ``find_tiles``' rules, read every data and scale byte once, write every
+  output value once, in whole 32-byte sectors per warp instruction (but at a partial tile's
+  end), and a tile reads 32 (NVFP4) / 64 (FP8) bytes per sub-tile of each column row,
+  contiguous within a group.
 """
 
 import collections
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -83,6 +90,10 @@ def _bank_ways(addrs, size: int) -> int:
     return worst
 
 
+def _product(*ns):
+    return [(a, b, c) for a in range(ns[0]) for b in range(ns[1]) for c in range(ns[2])]
+
+
 def _stage_stores(m, elem: int) -> dict:
     """Byte offset -> (token, column) of every staging store of one tile, checking bank
     conflicts and that no byte is written twice."""
@@ -93,40 +104,43 @@ def _stage_stores(m, elem: int) -> dict:
             assert addr + b not in owner, "two stores share a byte"
             owner[addr + b] = (token, col)
 
-    for warp in range(m.THREADS // 32):
-        for k in range(m.GROUPS_PER_WARP):
-            kg = m.GROUPS_PER_WARP * warp + k  # 8-column group of the tile
-            if elem == 4:  # STS.32 of lane 4c + q, token 16q + i
-                for i in range(16):
-                    addrs = []
-                    for lane in range(32):
+    for warp, k, b in _product(m.THREADS // 32, m.GROUPS_PER_WARP, m.SUBTILES):
+        kg = m.GROUPS_PER_WARP * warp + k  # 8-column group of the tile
+        base = m.SUB_ROWS * b  # the sub-tile's first token
+        if elem == 4:  # STS.32 of lane 4c + q, token 16q + i
+            for i in range(16):
+                addrs = []
+                for lane in range(32):
+                    c, q = lane // 4, lane % 4
+                    token, col = base + 16 * q + i, 8 * kg + c
+                    chunk = m.stage_chunk(token, col >> 2)
+                    addrs.append(token * m.ROW_BYTES + 16 * chunk + 4 * (col & 3))
+                    put(addrs[-1], token, col)
+                assert _bank_ways(addrs, 4) == 1
+            continue
+        for s in range(2):  # stmatrix.x4.trans
+            tokens = [base + m.stsm_token(lane, s) for lane in range(32)]
+            addrs = [t * m.ROW_BYTES + 16 * m.stage_chunk(t, kg) for t in tokens]
+            for i in range(4):  # matrix i: rows from lanes 8i .. 8i + 7
+                rows = addrs[8 * i : 8 * i + 8]
+                assert _bank_ways(rows, 16) == 1
+                for j, addr in enumerate(rows):
+                    assert addr % 16 == 0
+                    for r in range(8):  # stored element r: fragment (r, j)
+                        lane = 4 * r + j // 2  # holds register i = tokens of 16q + 8s + 2i
                         c, q = lane // 4, lane % 4
-                        token, col = 16 * q + i, 8 * kg + c
-                        chunk = m.stage_chunk(token, col >> 2)
-                        addrs.append(token * m.ROW_BYTES + 16 * chunk + 4 * (col & 3))
-                        put(addrs[-1], token, col)
-                    assert _bank_ways(addrs, 4) == 1
-                continue
-            for s in range(2):  # stmatrix.x4.trans
-                tokens = [m.stsm_token(lane, s) for lane in range(32)]
-                addrs = [t * m.ROW_BYTES + 16 * m.stage_chunk(t, kg) for t in tokens]
-                for i in range(4):  # matrix i: rows from lanes 8i .. 8i + 7
-                    rows = addrs[8 * i : 8 * i + 8]
-                    assert _bank_ways(rows, 16) == 1
-                    for j, addr in enumerate(rows):
-                        assert addr % 16 == 0
-                        for r in range(8):  # stored element r: fragment (r, j)
-                            lane = 4 * r + j // 2  # holds register i = tokens of 16q + 8s + 2i
-                            c, q = lane // 4, lane % 4
-                            token = 16 * q + 8 * s + 2 * i + j % 2
-                            assert token == tokens[8 * i + j]
-                            put(addr + 2 * r, token, 8 * kg + c)
+                        token = base + 16 * q + 8 * s + 2 * i + j % 2
+                        assert token == tokens[8 * i + j]
+                        put(addr + 2 * r, token, 8 * kg + c)
     return owner
 
 
+@pytest.mark.parametrize("tokens", specs.DEQUANT_COL_TOKENS)
 @pytest.mark.parametrize("out_dtype", ["bf16", "f16", "f32"])
-def test_columnwise_staging_tile(out_dtype):
-    m = jit.load_module(specs.DequantizeSpec(columnwise=True, out_dtype=out_dtype))
+def test_columnwise_staging_tile(out_dtype, tokens):
+    spec = specs.DequantizeSpec(columnwise=True, out_dtype=out_dtype, col_tokens=tokens)
+    m = jit.load_module(spec)
+    assert m.TILE_ROWS == tokens and m.TILE_COLS * m.OUT_BYTES >= 128
     elem = m.OUT_BYTES
     owner = _stage_stores(m, elem)
     assert len(owner) == m.TILE_ROWS * m.TILE_COLS * elem
@@ -208,3 +222,119 @@ def test_device_split_search_on_bad_tables(groups):
     for row_tile in rng.sample(range(1200), 300):
         _warp_search(starts, row_tile, ordered=False)
         assert not row_tile < starts[-1]
+
+
+def _find_tiles(splits: list, first: int, count: int) -> list:
+    """``dq.find_tiles`` with host splits: (group, first row, rows, tile within the group) of
+    the 64-row tiles ``first`` .. ``first + count - 1``, by its rules (the next tile of the
+    same group without a lookup; past the end, the previous group's next tile)."""
+    tiles, row0 = [], 0
+    for g, rows in enumerate(splits):
+        tiles += [(g, row0, rows, t) for t in range(-(-rows // 64))]
+        row0 += rows
+    out = [tiles[first]]
+    for j in range(1, count):
+        g, row0, rows, tl = out[-1]
+        nxt = (g, row0, rows, tl + 1)
+        if rows - 64 * tl <= 64 and first + j < len(tiles):
+            nxt = tiles[first + j]
+        out.append(nxt)
+    return out
+
+
+def _sectors_whole(addrs: list, size: int, partial_ok: bool) -> bool:
+    """Whether the bytes of one warp instruction (``size`` bytes from each address) fill every
+    32-byte sector they touch."""
+    cover = collections.Counter()
+    for a in addrs:
+        for x in range(a, a + size):
+            cover[x // 32] += 1
+    return partial_ok or all(n == 32 for n in cover.values())
+
+
+@pytest.mark.parametrize("tokens", specs.DEQUANT_COL_TOKENS)
+@pytest.mark.parametrize(
+    ("fmt", "out_dtype"), [("nvfp4", "bf16"), ("nvfp4", "f32"), ("e4m3", "f16"), ("e4m3", "f32")]
+)
+def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
+    """Every lane's loads and every thread's stores of a columnwise dequantize (transposed
+    back), emulated CTA by CTA from the template's address formulas over uneven groups (every
+    M_g a multiple of 16, not of the tile's tokens; empty groups; N = 272: a partial column
+    tile): each data and scale byte read once, each output value written once, whole 32-byte
+    sectors per warp instruction except at a partial tile's end, and per tile and column row
+    the sub-tiles of one group read one contiguous run."""
+    spec = specs.DequantizeSpec(fmt=fmt, columnwise=True, out_dtype=out_dtype, col_tokens=tokens)
+    m = jit.load_module(spec)
+    nvfp4 = fmt == "nvfp4"
+    splits = [16, 48, 0, 64, 80, 144, 0, 256, 32, 208, 112, 16]
+    n = 272
+    rows_total = sum(splits)
+    cg = [(r // 16 + 3) // 4 * 4 for r in splits]  # scale bytes per column row of each group
+    scale_col0 = np.cumsum([0, *cg])
+    data_reads = np.zeros(rows_total * n // (2 if nvfp4 else 1), np.int64)
+    scale_reads = np.zeros((n + 127) // 128 * 128 * int(scale_col0[-1]), np.int64)
+    writes = np.zeros((rows_total, n), np.int64)
+    row_tiles = sum(-(-r // 64) for r in splits)
+    load_bytes = 8 if nvfp4 else 16  # LDG.64 of 16 e2m1 codes / LDG.128 of 16 fp8 bytes
+    sub = m.SUB_ROWS
+    for col_tile in range(-(-n // m.TILE_COLS)):
+        for cta in range(-(-row_tiles // m.SUBTILES)):
+            where = _find_tiles(splits, m.SUBTILES * cta, m.SUBTILES)
+            left = [rows - sub * tl for _, _, rows, tl in where]
+            runs = collections.defaultdict(list)  # (group, column) -> bytes read by the tile
+            for warp, k, b in _product(m.THREADS // 32, m.GROUPS_PER_WARP, m.SUBTILES):
+                g, row0, rows, tl = where[b]
+                addrs = []
+                for lane in range(32):
+                    c, q = lane >> 2, lane & 3
+                    col = col_tile * m.TILE_COLS + 8 * m.GROUPS_PER_WARP * warp + 8 * k + c
+                    if not (col < n and 16 * q < left[b]):
+                        continue
+                    tok = tl * sub + 16 * q
+                    if nvfp4:
+                        a = row0 * (n // 2) + col * (rows // 2) + tok // 2
+                        scale_reads[
+                            (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + tok // 16
+                        ] += 1
+                    else:
+                        a = row0 * n + col * rows + tok
+                    addrs.append(a)
+                    data_reads[a : a + load_bytes] += 1
+                    runs[g, col].append((a, a + load_bytes))
+                # column rows start on sector boundaries when M_g (bytes) is a multiple of 32
+                aligned = (rows // 2 if nvfp4 else rows) % 32 == 0
+                assert _sectors_whole(addrs, load_bytes, partial_ok=left[b] < sub or not aligned)
+            for pieces in runs.values():  # one contiguous run per group and column row
+                pieces.sort()
+                assert all(x[1] == y[0] for x, y in zip(pieces, pieces[1:], strict=False))
+            if min(left) >= sub and len({w[0] for w in where}) == 1:
+                # a whole tile in one group: 4 lanes x SUBTILES pieces of each column row, one run
+                assert all(len(p) == 4 * m.SUBTILES for p in runs.values())
+            # store-out: thread tidx, chunk ch of rows r0 + pass_rows * p
+            pass_rows = m.THREADS // m.CHUNKS
+            per_chunk = 16 // m.OUT_BYTES
+            for warp in range(m.THREADS // 32):
+                for p in range(m.TILE_ROWS // pass_rows):
+                    b = pass_rows * p // sub
+                    g, row0, rows, tl = where[b]
+                    addrs = []
+                    for lane in range(32):
+                        tidx = 32 * warp + lane
+                        ch = tidx & (m.CHUNKS - 1)
+                        r = (tidx >> (m.CHUNKS.bit_length() - 1)) + pass_rows * p
+                        col = col_tile * m.TILE_COLS + ch * per_chunk
+                        if not (r - sub * b < left[b] and col < n):
+                            continue
+                        out_row = row0 + tl * sub + r - sub * b
+                        writes[out_row, col : col + per_chunk] += 1
+                        addrs.append((out_row * n + col) * m.OUT_BYTES)
+                    assert _sectors_whole(addrs, 16, partial_ok=False)  # rows of 544 / 1088 B
+    assert (data_reads == 1).all()
+    assert (writes == 1).all()
+    if nvfp4:  # every block of every group (the padding blocks are not read)
+        want = np.zeros_like(scale_reads)
+        for g, rows in enumerate(splits):
+            for col in range(n):
+                at = (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g]
+                want[at : at + rows // 16] = 1
+        assert (scale_reads == want).all()

@@ -1,5 +1,7 @@
 """GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
-(bit-exact; outputs poisoned first, so an unwritten value shows up)."""
+(bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
+columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile); tests
+parametrized rowwise only run once."""
 
 import pytest
 import torch
@@ -9,7 +11,20 @@ import cutequant
 from cutequant import dequant, recipe_reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
-pytestmark = pytest.mark.gpu
+
+@pytest.fixture(params=[64, 128, 256], ids=["tok64", "tok128", "tok256"])
+def col_tokens(request, monkeypatch):
+    """The columnwise kernels' tile length (a compile variant, read when the spec is built)."""
+    callspec = getattr(request.node, "callspec", None)
+    params = callspec.params if callspec is not None else {}
+    rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
+    if request.param != 64 and rowwise:
+        pytest.skip("rowwise: one tile layout")
+    monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", request.param)
+    return request.param
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("col_tokens")]
 
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 NVFP4_MODES = [  # (columnwise, undo_rht)
@@ -119,7 +134,14 @@ def test_nvfp4_device_splits(mode, splits_dtype, rng):
 
 @pytest.mark.parametrize(
     "case",
-    ["one-group", "300-groups", "zero-front-middle-end", "all-zero-groups", "one-row-block"],
+    [
+        "one-group",
+        "300-groups",
+        "zero-front-middle-end",
+        "all-zero-groups",
+        "one-row-block",
+        "tiles-straddle-groups",
+    ],
 )
 @pytest.mark.parametrize("mode", NVFP4_MODES, ids=["row", "col", "col-unrht"])
 def test_nvfp4_group_shapes(case, mode, rng):
@@ -133,8 +155,10 @@ def test_nvfp4_group_shapes(case, mode, rng):
         splits = random_splits(9, None, rng, zero_at=("front", "middle", "end"))
     elif case == "all-zero-groups":
         splits = [0, 0, 0]
-    else:
+    elif case == "one-row-block":
         splits = [16, 0, 16, 48, 80]
+    else:  # 128- and 256-token tiles over up to 4 groups, empty ones between
+        splits = [16, 48, 0, 64, 80, 144, 0, 0, 256, 32, 208, 112, 16, 0]
     for device in (False, True):
         data, scales, amax = random_nvfp4_buffers(
             splits, n, rng, columnwise=columnwise, device_bound=device
@@ -354,6 +378,7 @@ def test_fp8_group_shapes_and_device_splits(columnwise, rng):
         [2048],
         random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48),
         [0, 16, 0, 48, 0],
+        [16, 48, 0, 64, 80, 144, 0, 0, 256, 32, 208, 112, 16, 0],  # long tiles over groups
     ):
         data = random_fp8_bytes(sum(splits) * n, rng, torch.float8_e4m3fn)
         if not columnwise:

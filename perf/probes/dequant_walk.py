@@ -1,10 +1,21 @@
-"""A/B of the columnwise dequantize kernels' CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``,
-a kernel argument: no recompile): column tiles fastest vs a column strip's row tiles first,
-interleaved rounds on the bench's cases; checks first that both orders give the same bits.
+"""A/Bs of the columnwise dequantize kernels, interleaved rounds on the bench's cases (CUDA
+graph replay), checking first that every side gives the same bits on every op and case:
 
-    python perf/probes/dequant_walk.py [--rounds 2] [--ops nvfp4_dequantize_col,...]
+* ``--ab tokens`` (default): the tile length (``dequant.COLUMNWISE_TOKENS``, a compile
+  variant): 64-token x 128-column tiles vs 128 / 256 tokens x 64 columns, which read 64 / 128
+  contiguous bytes of each NVFP4 column row per tile (FP8: 128 / 256) instead of 32 (64);
+  ``--values 64,256`` picks sides. About 2 minutes on an H200, compiles included;
+* ``--ab walk``: the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel argument: no
+  recompile), column tiles fastest vs a column strip's row tiles first.
+
+Each op and case is built once (inputs and quantized results); the sides are switched between
+the timings (the module flags are read when a call builds its spec; replay records are keyed
+by them).
+
+    python perf/probes/dequant_walk.py [--ab tokens] [--values 64,128,256] [--rounds 2]
+                                       [--ops nvfp4_dequantize_col,...] [--cases ...]
     python perf/probes/dequant_walk.py --rows-first perf/bench.py --ops ...   # any script
-    python perf/probes/dequant_walk.py --rows-first -m pytest tests/test_gpu_dequant.py
+    python perf/probes/dequant_walk.py --tokens 128 perf/bench.py --ops nvfp4_dequantize_col
 """
 
 import argparse
@@ -20,69 +31,90 @@ import bench  # noqa: E402
 from cutequant import dequant  # noqa: E402
 
 COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
+# (module attribute, its values, how to parse --values)
+ABS = {
+    "tokens": ("COLUMNWISE_TOKENS", (64, 128, 256), int),
+    "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
+}
 
 
-def _first_output(op: str, case: str) -> torch.Tensor:
-    """The output of the op's first call on the case (its bits as integers)."""
-    calls = []
+def _outputs(fn, calls: int = 2) -> list:
+    """The outputs of the next ``calls`` calls of a bench op (its rotation over two inputs:
+    every side sees both, in the same order), as integer bits."""
+    got = []
     orig = dequant.nvfp4_group_dequantize, dequant.fp8_group_dequantize
-    dequant.nvfp4_group_dequantize = lambda *a, **k: calls.append(orig[0](*a, **k))
-    dequant.fp8_group_dequantize = lambda *a, **k: calls.append(orig[1](*a, **k))
+    dequant.nvfp4_group_dequantize = lambda *a, **k: got.append(orig[0](*a, **k)) or got[-1]
+    dequant.fp8_group_dequantize = lambda *a, **k: got.append(orig[1](*a, **k)) or got[-1]
     try:
-        fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(1234))
-        fn()
+        for _ in range(calls):
+            fn()
     finally:
         dequant.nvfp4_group_dequantize, dequant.fp8_group_dequantize = orig
-    return calls[0].view(torch.int16 if calls[0].element_size() == 2 else torch.int32)
-
-
-def _same_bits(op: str, case: str) -> None:
-    """Both orders write the same output."""
-    outs = []
-    for first in (False, True):
-        dequant.COLUMNWISE_ROW_TILES_FIRST = first
-        outs.append(_first_output(op, case))
-    assert torch.equal(outs[0], outs[1]), f"{op} {case}: the two orders differ"
+    return [t.view(torch.int16 if t.element_size() == 2 else torch.int32) for t in got]
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--ab", choices=sorted(ABS), default="tokens")
+    p.add_argument("--values", default=None, help="comma-separated sides (default: all)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ops", default=COL_OPS)
     p.add_argument("--cases", default=",".join(bench.CASES))
     args = p.parse_args(argv)
+    attr, values, parse = ABS[args.ab]
+    if args.values:
+        values = tuple(parse(v) for v in args.values.split(","))
+    default = getattr(dequant, attr)
     copy = bench.copy_bandwidth_gbps()
-    print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s")
-    print(
-        "| op | case | "
-        + " | ".join(f"cols first / rows first, round {r + 1}" for r in range(args.rounds))
-        + " |"
-    )
-    for op in args.ops.split(","):
-        for case in args.cases.split(","):
-            _same_bits(op, case)
+    print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s; {attr} {values}")
+    built = {}
+    try:
+        for op in args.ops.split(","):  # bits first, every op and case
+            for case in args.cases.split(","):
+                fn, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(1234))
+                built[op, case] = fn, nbytes
+                outs = []
+                for value in values:
+                    setattr(dequant, attr, value)
+                    outs.append(_outputs(fn))
+                for value, out in zip(values[1:], outs[1:], strict=True):
+                    same = all(torch.equal(a, b) for a, b in zip(outs[0], out, strict=True))
+                    assert same, f"{op} {case}: {attr} {values[0]} and {value} differ"
+        print("bits: every side identical on every op and case")
+        header = " / ".join(str(v) for v in values)
+        rounds = " | ".join(f"{header}, round {r + 1}" for r in range(args.rounds))
+        print(f"| op | case | {rounds} |")
+        for (op, case), (fn, nbytes) in built.items():
             cells = []
             for _ in range(args.rounds):
-                pair = []
-                for first in (False, True):
-                    dequant.COLUMNWISE_ROW_TILES_FIRST = first
-                    fn, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(1234))
+                side = []
+                for value in values:
+                    setattr(dequant, attr, value)
                     us = bench.graph_time_us(fn)
-                    pair.append(f"{us:.1f} us {100 * nbytes / us / 1e3 / copy:.1f}%")
-                cells.append(" / ".join(pair))
+                    side.append(f"{us:.1f} us {100 * nbytes / us / 1e3 / copy:.1f}%")
+                cells.append(" / ".join(side))
             print(f"| {op} | {case} | " + " | ".join(cells) + " |", flush=True)
-    dequant.COLUMNWISE_ROW_TILES_FIRST = False
+    finally:
+        setattr(dequant, attr, default)
     return 0
+
+
+def _run_script(argv: list) -> None:
+    """``-m module args`` or ``script args``, as ``python`` would run them."""
+    if argv[0] == "-m":
+        sys.argv = argv[1:]
+        runpy.run_module(sys.argv[0], run_name="__main__")
+    else:
+        sys.argv = argv
+        runpy.run_path(sys.argv[0], run_name="__main__")
 
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--rows-first":
         dequant.COLUMNWISE_ROW_TILES_FIRST = True
-        if sys.argv[2] == "-m":
-            sys.argv = [sys.argv[3]] + sys.argv[4:]
-            runpy.run_module(sys.argv[0], run_name="__main__")
-        else:
-            sys.argv = sys.argv[2:]
-            runpy.run_path(sys.argv[0], run_name="__main__")
+        _run_script(sys.argv[2:])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--tokens":
+        dequant.COLUMNWISE_TOKENS = int(sys.argv[2])
+        _run_script(sys.argv[3:])
     else:
         sys.exit(main())
