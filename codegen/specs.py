@@ -369,6 +369,9 @@ DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
 # (NVFP4) / 128-256 (FP8) contiguous bytes per column row (perf/NOTES.md, "longer runs per
 # column row"; perf/probes/dequant_walk.py --ab tokens compares them)
 DEQUANT_COL_TOKENS = (64, 128, 256)
+# The one the runtime uses (runtime/dequant.py: COLUMNWISE_TOKENS) and precompile builds: 256
+# was fastest or within 4 points on the H200 for every columnwise op (measured there).
+DEQUANT_DEFAULT_COL_TOKENS = 256
 
 
 @dataclass(frozen=True)
@@ -517,12 +520,20 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                         undo_rht=undo_rht,
                         swizzled=swizzled,
                         out_dtype=out_dtype,
+                        col_tokens=DEQUANT_DEFAULT_COL_TOKENS,
                     )
                 )
         for fmt in FP8_DTYPES:
             for columnwise in (False, True):
+                tokens = DEQUANT_DEFAULT_COL_TOKENS if columnwise else 64
                 out.append(
-                    DequantizeSpec(arch=arch, fmt=fmt, columnwise=columnwise, out_dtype=out_dtype)
+                    DequantizeSpec(
+                        arch=arch,
+                        fmt=fmt,
+                        columnwise=columnwise,
+                        out_dtype=out_dtype,
+                        col_tokens=tokens,
+                    )
                 )
     for out_dtype in ("bf16", "f16"):
         out.append(

@@ -26,7 +26,7 @@ import torch
 
 from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import _num_groups
-from cutequant.codegen.specs import DequantizeSpec
+from cutequant.codegen.specs import DEQUANT_DEFAULT_COL_TOKENS, DequantizeSpec
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -38,10 +38,13 @@ COLUMNWISE_ROW_TILES_FIRST = False
 # tokens per tile of the columnwise kernels transposed back (a compile variant,
 # DequantizeSpec.col_tokens, read when the spec is built): 64, the 64 x 128 tiles; 128 / 256,
 # tiles of 2 / 4 consecutive 64-row tiles x 64 columns that read 64 / 128 contiguous bytes of
-# each NVFP4 column row (FP8: 128 / 256) per tile, testing whether the read side's DRAM
-# locality limits these kernels (perf/NOTES.md, "longer runs per column row";
-# perf/probes/dequant_walk.py --ab tokens measures them)
-COLUMNWISE_TOKENS = 64
+# each NVFP4 column row (FP8: 128 / 256) per tile: the read side's DRAM locality limits these
+# kernels (perf/NOTES.md, "longer runs per column row"). H200, eighth session run 8
+# (perf/probes/dequant_walk.py, % of copy, 64 / 128 / 256, dense .. 256 groups): NVFP4
+# 62.2-78.7 / 64.2-80.9 / 65.5-82.0, with the inverse RHT 59.4-74.8 / 66.9-79.9 / 62.7-77.9,
+# FP8 66.9-74.5 / 66.7-73.1 / 72.7-78.8: 256 wins or is within 4 points everywhere (the
+# default of the specs `cutequant precompile` builds).
+COLUMNWISE_TOKENS = DEQUANT_DEFAULT_COL_TOKENS
 
 
 def _round_up(a: int, b: int) -> int:
