@@ -154,14 +154,23 @@ def full_space_mismatches(check) -> int:
     return bad
 
 
-@pytest.mark.parametrize("chunk", SAMPLED_CHUNKS)
-def test_sampled_chunk(chunk):
-    assert check_chunk(sampled_patterns(chunk)) == 0
+def sweep_tests(check):
+    """The sampled sweep and the full-space test of an encoder emulation's ``check`` (patterns
+    -> mismatches against the reference), for a module to bind as its ``test_sampled_chunk,
+    test_full_space`` (this one and tests/test_e2m1_value.py)."""
+
+    @pytest.mark.parametrize("chunk", SAMPLED_CHUNKS)
+    def test_sampled_chunk(chunk):
+        assert check(sampled_patterns(chunk)) == 0
+
+    @FULL_SPACE
+    def test_full_space():
+        assert full_space_mismatches(check) == 0
+
+    return test_sampled_chunk, test_full_space
 
 
-@FULL_SPACE
-def test_full_space():
-    assert full_space_mismatches(check_chunk) == 0
+test_sampled_chunk, test_full_space = sweep_tests(check_chunk)
 
 
 def test_sr_step_bits():

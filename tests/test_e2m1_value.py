@@ -16,15 +16,8 @@ tests/test_gpu_e2m1_exhaustive.py.
 """
 
 import numpy as np
-import pytest
 import torch
-from test_e2m1_packed import (
-    FULL_SPACE,
-    SAMPLED_CHUNKS,
-    full_space_mismatches,
-    sampled_patterns,
-    special_patterns,
-)
+from test_e2m1_packed import special_patterns, sweep_tests
 
 from cutequant import reference
 
@@ -69,15 +62,8 @@ def test_ties_and_signed_zero():
     assert np.array_equal(rn_value(s.view(U32)), want.view(U32))
 
 
-@pytest.mark.parametrize("chunk", SAMPLED_CHUNKS)
-def test_sampled_chunk(chunk):
-    """The sampled sweep of tests/test_e2m1_packed.py."""
-    assert check_chunk(sampled_patterns(chunk)) == 0
-
-
-@FULL_SPACE
-def test_full_space():
-    assert full_space_mismatches(check_chunk) == 0
+# the sampled sweep (and, on request, all 2^32 patterns) of tests/test_e2m1_packed.py
+test_sampled_chunk, test_full_space = sweep_tests(check_chunk)
 
 
 def test_sr_value_of_code():
