@@ -114,18 +114,17 @@ class Replay:
         # per-call runtime buffers: bases after the caller's, allocated anew by ``launch``
         self.scratch = tuple((t.numel(), t.dtype) for t in scratch)
         bases = [*bases, *scratch]
-        spans = [
-            (t.data_ptr(), t.numel() * t.element_size())
-            for t in bases
+        spans = [  # (base index, address, bytes) of every base with storage
+            (b, t.data_ptr(), t.numel() * t.element_size())
+            for b, t in enumerate(bases)
             if t is not None and t.numel() > 0
         ]
-        index = [i for i, t in enumerate(bases) if t is not None and t.numel() > 0]
         self.launches = []
         for fn, args, stream in launches:
             slots = []
             for i, a in enumerate(args):
                 if type(a) is int and a >= _MIN_ADDRESS:
-                    for b, (p, n) in zip(index, spans, strict=True):
+                    for b, p, n in spans:
                         if p <= a < p + n:
                             slots.append((i, b, a - p))
                             break
