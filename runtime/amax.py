@@ -151,11 +151,10 @@ def launch_group_amax(
 ) -> None:
     """Write ``amax[2, G]`` (contiguous fp32, or its 4-byte-aligned device address; zeroed by
     the kernel, so it may hold anything when ``x`` has rows; left as is when it has none: see
-    ``new_amax``). No checks: callers
-    validated. ``col_scale`` multiplies ``amax[1]`` (post-RHT amax estimation; only without
-    ``rht``). ``cast_walk_band`` (a band > 1): a cast kernel with that walk band and this grid
-    follows on the stream; the amax pass then walks that way too and leaves the cast's first
-    tiles in L2 (``l2_resident``)."""
+    ``new_amax``). No checks: callers validated. ``col_scale`` multiplies ``amax[1]``
+    (post-RHT amax estimation; only without ``rht``). ``cast_walk_band`` (a band > 1): a cast
+    kernel with that walk band and this grid follows on the stream; the amax pass then walks
+    that way too and leaves the cast's first tiles in L2 (``l2_resident``)."""
     m_rows, n_cols = x.shape
     if m_rows == 0:
         return
