@@ -35,13 +35,13 @@ def group_amax(
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit
         amax = _launch.output_allocator(shape, torch.float32, x.device)
-        record.launch((x, amax, splits if splits.__class__ is torch.Tensor else None))
+        record.launch((x, amax, replay.device_splits(splits)))
         return tuple(amax.unbind(0))
     m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
     with replay.recording() as rec:
         amax, _ = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
     if key is not None and rec.replayable(m_rows):
-        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        device_splits = replay.device_splits(splits)
         record = replay.Replay(rec.launches, [x, amax, device_splits], rec.scratch)
         _RECORDS.put(key, (record, (2, num_groups)))
     return tuple(amax.unbind(0))

@@ -63,10 +63,9 @@ def _check_fake_quantize(
 
 
 def _amax_and_layout(x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream):
-    """(layout, the fp32 [G] amax the kernel reads) for a fake-quant call: a given ``amax`` is
-    copied (the op returns that copy); else the grouped amax pass computes row and column amax
-    (post-RHT with ``rht``) and the vector of the kernel's direction is returned: the column
-    one with ``rht`` or a columnwise call, else the row one (a view; the op copies it)."""
+    """(layout, amax) for a fake-quant call: a copy of a given fp32 [G] ``amax`` (the op
+    returns that copy), else the grouped amax pass's fp32 [2, G] (row, column) output (post-RHT
+    with ``rht``), of which the caller takes its direction's row (a view; the op copies it)."""
     m_rows = x.shape[0]
     dev = x.device
     if amax is not None:
@@ -305,9 +304,7 @@ def nvfp4_fake_quantize(
         else:
             stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
         y = _launch.output_allocator(y_shape, out_dtype, dev)
-        record.launch(
-            (x, stats, y, rng_state, splits if splits.__class__ is torch.Tensor else None)
-        )
+        record.launch((x, stats, y, rng_state, replay.device_splits(splits)))
         return y, stats if amax is not None else stats[int(columnwise)]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
@@ -316,7 +313,7 @@ def nvfp4_fake_quantize(
     # the amax pass's [2, G] output (the op returns one of its rows), or the given one's copy
     stats = out_amax if amax is not None else out_amax._base
     if key is not None and stats is not None and rec.replayable(x.shape[0]):
-        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        device_splits = replay.device_splits(splits)
         record = replay.Replay(rec.launches, [x, stats, y, rng_state, device_splits], rec.scratch)
         _RECORDS.put(key, (record, tuple(y.shape), stats.shape[-1]))
     return y, out_amax

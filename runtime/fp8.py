@@ -139,7 +139,7 @@ def fp8_group_quantize(
         # a host-split call's amax is the outputs buffer's "amax" part (run_fp8_quantize)
         amax = None if amax_shape is None else _launch.output_allocator(amax_shape, _F32, dev)
         outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
-        device_splits = splits if splits.__class__ is torch.Tensor else None
+        device_splits = replay.device_splits(splits)
         fresh = record.launch((x, amax, outputs.buf, scale, device_splits))
         if fresh:  # device splits: this call's tables, in the replay's fresh buffer
             layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
@@ -155,7 +155,7 @@ def fp8_group_quantize(
             columnwise, amax_epsilon, force_pow2_scales, groups.PackedOutputs,
         )  # fmt: skip
     if key is not None and rec.replayable(m_rows):
-        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        device_splits = replay.device_splits(splits)
         bases = [x, amax, outputs.buf, scale, device_splits]
         record = replay.Replay(rec.launches, bases, rec.scratch)
         amax_shape = None if amax is None else tuple(amax.shape)

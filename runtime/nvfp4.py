@@ -268,7 +268,7 @@ def nvfp4_group_quantize(
             amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
         # else a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
         outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
-        device_splits = splits if splits.__class__ is torch.Tensor else None
+        device_splits = replay.device_splits(splits)
         fresh = record.launch((x, amax, outputs.buf, rng_state, device_splits))
         if fresh:  # device splits: this call's tables, in the replay's fresh buffer
             layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
@@ -285,7 +285,7 @@ def nvfp4_group_quantize(
             amax_estimation_scale, groups.PackedOutputs,
         )  # fmt: skip
     if key is not None and rec.replayable(m_rows):
-        device_splits = splits if isinstance(splits, torch.Tensor) else None
+        device_splits = replay.device_splits(splits)
         bases = [x, amax, outputs.buf, rng_state, device_splits]
         record = replay.Replay(rec.launches, bases, rec.scratch)
         _RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans, layout))

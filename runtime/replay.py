@@ -216,6 +216,12 @@ class SplitList:
 _TUPLE_KEY_GROUPS = 16
 
 
+def device_splits(splits) -> torch.Tensor | None:
+    """The splits as a base of a record (a device tensor: the table kernel reads it), or None
+    (a host list: its values are in the key)."""
+    return splits if splits.__class__ is torch.Tensor else None
+
+
 def split_key(splits) -> SplitList | tuple | None:
     """The key part of host ``splits``: a list / tuple of plain ints (short lists: as a tuple;
     longer ones: a ``SplitList``, whose values must sum to an ``int``), or None (anything else
