@@ -251,9 +251,10 @@ def nvfp4_quantize_2d_impl(
         weights, rowwise, columnwise, swizzled, amax, groups.SeparateOutputs
     )
     dev = amax_out.device
-    empty = [_launch.output_allocator((0,), torch.uint8, dev) for _ in range(4)]
-    parts = ("row_data", "row_scales", "col_data", "col_scales")
-    got = [outputs[k] if outputs[k] is not None else e for k, e in zip(parts, empty, strict=True)]
+    got = [
+        outputs[k] if outputs[k] is not None else _launch.output_allocator((0,), torch.uint8, dev)
+        for k in ("row_data", "row_scales", "col_data", "col_scales")
+    ]
     return (*got, amax_out)
 
 
