@@ -383,9 +383,13 @@ _RECORDS = replay.CallMemo()  # both dequantize ops' replayable calls (replay.py
 
 def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     """The dequantize of an eager grouped result: a replay of a recorded call (replay.py) when
-    one matches (the same result buffers' layout and split tables, flags, dtype and stream),
-    else ``checked()``, recorded when it may be replayed. The result's own buffers (one
-    allocation of outputs, the amax / scale tensor) are the record's bases."""
+    one matches (the same result buffers' spans and layout, flags, dtype and stream), else
+    ``checked()``, recorded when it may be replayed. The result's own buffers (one allocation
+    of outputs, the amax / scale tensor) are the record's bases, and so are the split tables
+    when they are the result's own (device splits, or a host list seen for the first time):
+    such a record serves every result that shares the spans (a replayed quantize's results
+    do) and the group count, whatever the split values; a record of cached host tables
+    serves that layout only."""
     outputs, layout = result._outputs, result._layout
     if (
         not replay.enabled
@@ -396,26 +400,23 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     buf, stats = outputs.buf, result.stats_tensor()
     dev = buf.device
     stream = torch._C._cuda_getCurrentRawStream(dev.index)
+    own = layout.host_totals is None or layout.per_call_tables  # the kernel reads layout.tables
+    which = (layout.num_groups, layout.m_rows) if own else id(layout)
     # the columnwise layout switches too: a record holds the kernel they chose
     layout_flags = (COLUMNWISE_TOKENS, COLUMNWISE_ROW_TILES_FIRST)
-    key = (id(outputs.spans), id(layout), flags, tuple(map(type, flags)), out_dtype, stream,
+    key = (id(outputs.spans), which, flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip
     hit = _RECORDS.get(key)
-    if hit is not None and hit[1] is outputs.spans and hit[2] is layout:
+    if hit is not None and hit[1] is outputs.spans and (own or hit[2] is layout):
         record, _, _, shape = hit
         out = _launch.output_allocator(shape, out_dtype, dev)
-        record.launch((buf, stats, out))
+        record.launch((buf, stats, out, layout.tables if own else None))
         return out
     with replay.recording() as rec:
         out = checked()
-    # only host splits' results: a device-split result's tables are its own (keyed by them, a
-    # record would serve that one result only)
-    if (
-        rec.replayable(layout.m_rows)
-        and layout.host_splits is not None
-        and not layout.per_call_tables
-    ):
-        _RECORDS.put(key, (replay.Replay(rec.launches, [buf, stats, out]), outputs.spans, layout,
+    if rec.replayable(layout.m_rows):
+        bases = [buf, stats, out, layout.tables if own else None]
+        _RECORDS.put(key, (replay.Replay(rec.launches, bases), outputs.spans, layout,
                            tuple(out.shape)))  # fmt: skip
     return out
 

@@ -170,9 +170,8 @@ def _assert_replay_matches_checked(name: str, op, x) -> None:
         assert torch.equal(_bytes(got[k]), _bytes(want[k])), (name, k)
 
 
-# the ops whose results keep host split lists only (dequantize of a device-split result reads
-# that result's own tables and is not replayed; the 2D ops take no splits)
-_HOST_ONLY = ("nvfp4_dequantize", "fp8_dequantize", "weights_2d")
+# the ops that take no splits (the 2D weights: experts of equal shape)
+_HOST_ONLY = ("weights_2d",)
 
 
 @pytest.mark.parametrize("device_splits", [False, True], ids=["host_splits", "device_splits"])
@@ -303,3 +302,27 @@ def test_replay_with_new_device_split_values(seed):
         splits.copy_(torch.tensor(second, dtype=torch.int32))
         fresh = grouped_input(second, N_COLS, gen)
         _assert_replay_matches_checked(name, op, fresh)
+
+
+@pytest.mark.parametrize("columnwise", [False, True], ids=["rowwise", "columnwise"])
+def test_dequantize_of_a_first_sighting_result_is_replayed(columnwise):
+    """A result whose split tables are its own (a host list seen for the first time) keys its
+    dequantize record by its buffers and group count: dequantizing it again replays, bit for
+    bit, every output byte written."""
+    from test_gpu_fresh_splits import _fresh_lists
+
+    gen = torch.Generator().manual_seed(11 + columnwise)
+    lists = _fresh_lists(gen, 2, 1024)
+    x = grouped_input(lists[0], N_COLS, gen)
+    res = cutequant.nvfp4_group_quantize(x, lists[0])
+    fres = cutequant.fp8_group_quantize(x, lists[1])
+    assert res._layout.per_call_tables and fres._layout.per_call_tables
+    for dq, r in (
+        (lambda r: dequant.nvfp4_group_dequantize(r, columnwise=columnwise), res),
+        (lambda r: dequant.fp8_group_dequantize(r, columnwise=columnwise), fres),
+    ):
+        want = _checked(lambda dq=dq, r=r: dq(r))
+        dq(r)  # recorded
+        with poisoned_outputs(), _NoChecks():
+            got = dq(r)
+        assert torch.equal(_bytes(got), _bytes(want))
