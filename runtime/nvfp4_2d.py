@@ -155,13 +155,14 @@ def _experts(weights):
 
 
 def _amax_out(amax, num_experts: int, tiles: int, dev) -> torch.Tensor:
-    """The amax output: a copy of the given one (an op's outputs never alias its inputs),
-    zeros without tiles, else uninitialized (the amax pass writes every entry)."""
+    """The amax output: uninitialized when there are tiles (the kernel writes every entry: the
+    amax pass, or a copy of the given amax; an op's outputs never alias its inputs), else a
+    copy of the given amax or zeros."""
+    if tiles:
+        return _launch.output_allocator((num_experts,), torch.float32, dev)
     if amax is not None:
         return amax.clone()
-    if tiles == 0:
-        return torch.zeros(num_experts, dtype=torch.float32, device=dev)
-    return _launch.output_allocator((num_experts,), torch.float32, dev)
+    return torch.zeros(num_experts, dtype=torch.float32, device=dev)
 
 
 def work_items(
@@ -201,11 +202,12 @@ def cooperative_grid(device: torch.device, items: int) -> int:
     return min(items, _launch.sm_count(device) * _resident_ctas(index))
 
 
-def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list) -> None:
+def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> None:
     """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
-    ``outs`` (4, None for an unused slot): with ``amax`` None it computes every expert's amax
-    into ``amax_out`` first (phase 1 and a grid barrier: a cooperative, co-resident grid), else
-    it reads ``amax_out`` (a copy of the given amax) with one CTA per work item."""
+    ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
+    output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
+    grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
+    it there, with one CTA per work item."""
     stacked, first, num_experts, rows, cols, dev = _experts(weights)
     rowwise, columnwise, _, fake = spec_args
     items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
@@ -229,7 +231,8 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out, outs: list) -> None:
         num_experts,
         rows,
         cols,
-        _launch.ptr(amax_out, 4),
+        amax_out,
+        dummy.data_ptr() if compute else _launch.ptr(amax, 4),
         _launch.ptr(fold, 8),
         _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
@@ -260,32 +263,33 @@ def nvfp4_quantize_2d_impl(
 
 def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
     """(outputs, amax [E]) of the 2D quantize on validated arguments. ``output_kind``:
-    ``groups.PackedOutputs`` (eager calls: one allocation, a computed amax its "amax" part) or
-    ``groups.SeparateOutputs``; a disabled direction's parts are None."""
+    ``groups.PackedOutputs`` (eager calls: one allocation, the amax its "amax" part: computed,
+    or the kernel's copy of the given one) or ``groups.SeparateOutputs``; a disabled
+    direction's parts are None."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     shapes = output_shapes(num_experts, rows, cols)
     parts = {}
     for side, on in (("row", rowwise), ("col", columnwise)):
         for kind in ("data", "scales"):
             parts[f"{side}_{kind}"] = (shapes[f"{side}_{kind}"], torch.uint8) if on else None
-    if amax is None:
-        parts["amax"] = ((num_experts,), torch.float32)
+    parts["amax"] = ((num_experts,), torch.float32)  # computed, or the kernel's copy of the given
     outputs = output_kind.allocate(parts, dev)
-    amax_out = amax.clone() if amax is not None else outputs.get("amax")
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     if tiles == 0:
         for key in ("row_scales", "col_scales", "amax"):  # all padding; no expert has a value
             if parts.get(key) is not None:
                 outputs.get(key).zero_()
+        if amax is not None:
+            outputs.get("amax").copy_(amax)
     else:
         _launch_2d(
             weights,
             (rowwise, columnwise, swizzled, ""),
             amax,
-            amax_out,
+            outputs.addr("amax", 0),
             [outputs.get(k) for k in ("row_data", "row_scales", "col_data", "col_scales")],
         )
-    return outputs, amax_out
+    return outputs, outputs.get("amax")
 
 
 def nvfp4_fake_quantize_2d_impl(
@@ -301,7 +305,9 @@ def nvfp4_fake_quantize_2d_impl(
     amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles:
         fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
-        _launch_2d(weights, (True, True, False, fake), amax, amax_out, [out, None, None, None])
+        _launch_2d(
+            weights, (True, True, False, fake), amax, amax_out.data_ptr(), [out, None, None, None]
+        )
     return out, amax_out
 
 
@@ -318,7 +324,7 @@ class Nvfp4WeightTensor:
         self.rows = rows
         self.cols = cols
         self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors / None (traced)
-        self._amax = amax  # None: the outputs' "amax" part (computed)
+        self._amax = amax  # None: the outputs' "amax" part
         self.swizzled_scales = swizzled_scales
 
     row_data = property(lambda self: self._outputs.get("row_data"))
@@ -450,16 +456,12 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
         buf = _launch.output_allocator(total, torch.uint8, weights.device)
-        outputs = groups.PackedOutputs(buf, spans)
-        # as the checked path: a copy of the given amax, else the outputs' "amax" part
-        amax_out = amax.clone() if amax is not None else None
-        record.launch((weights, amax_out, buf))
-        return outputs, amax_out
+        record.launch((weights, amax, buf))
+        return groups.PackedOutputs(buf, spans), None  # the amax: the outputs' "amax" part
     with replay.recording() as rec:
         outputs, amax_out = _quantize_checked(weights, rowwise, columnwise, swizzled, amax)
     if key is not None and rec.replayable(weights.numel()):
-        given = amax_out if amax is not None else None
-        record = replay.Replay(rec.launches, [weights, given, outputs.buf])
+        record = replay.Replay(rec.launches, [weights, amax, outputs.buf])
         _QUANTIZE_RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans))
     return outputs, amax_out
 
@@ -476,17 +478,13 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
         record, shape = hit
         dev = weights.device
         out = _launch.output_allocator(shape, out_dtype, dev)
-        # as the checked path: a copy of the given amax, else the amax pass writes it
-        amax_out = (
-            amax.clone()
-            if amax is not None
-            else _launch.output_allocator((shape[0],), torch.float32, dev)
-        )
-        record.launch((weights, amax_out, out))
+        # as the checked path: the kernel computes the amax, or copies the given one, into it
+        amax_out = _launch.output_allocator((shape[0],), torch.float32, dev)
+        record.launch((weights, amax, amax_out, out))
         return out, amax_out
     with replay.recording() as rec:
         out, amax_out = _fake_checked(weights, amax, out_dtype)
     if key is not None and rec.replayable(weights.numel()):
-        record = replay.Replay(rec.launches, [weights, amax_out, out])
+        record = replay.Replay(rec.launches, [weights, amax, amax_out, out])
         _FAKE_RECORDS.put(key, (record, tuple(out.shape)))
     return out, amax_out
