@@ -495,9 +495,19 @@ class FakeQuantColsSpec(KernelSpec):
     TILE_COLS: ClassVar[int] = 256
     stochastic: bool = False
     out_dtype: str = "bf16"
+    # True: the kernel before issue 20 (per-load 64-bit index math, the (enc, sf) table built
+    # after the tile landed), kept for A/B on the GPU (runtime/fake_quant.py's COLS_LEGACY).
+    # Left out of the key and the source when False, so the default kernels' keys stay put.
+    legacy: bool = False
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not self.legacy:
+            out.pop("legacy")
+        return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "legacy": self.legacy}
 
     def __post_init__(self):
         super().__post_init__()
