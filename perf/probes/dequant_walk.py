@@ -5,6 +5,9 @@ graph replay), checking first that every side gives the same bits on every op an
   variant): 64-token x 128-column tiles vs 128 / 256 tokens x 64 columns, which read 64 / 128
   contiguous bytes of each NVFP4 column row per tile (FP8: 128 / 256) instead of 32 (64);
   ``--values 64,256`` picks sides. About 2 minutes on an H200, compiles included;
+* ``--ab ring``: the 256-token tiles' staging (``dequant.COLUMNWISE_RING``, a compile variant;
+  the tile length is pinned to 256 for every op): the whole 32 KB tile vs a ring of two 64-token
+  sub-tile buffers (16 KB) with registers bounded for 8 / 10 CTAs per SM;
 * ``--ab walk``: the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel argument: no
   recompile), column tiles fastest vs a column strip's row tiles first.
 
@@ -34,6 +37,7 @@ COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
 # (module attribute, its values, how to parse --values)
 ABS = {
     "tokens": ("COLUMNWISE_TOKENS", (64, 128, 256), int),
+    "ring": ("COLUMNWISE_RING", (0, 8, 10), int),
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
 }
 
@@ -65,6 +69,9 @@ def main(argv=None) -> int:
     if args.values:
         values = tuple(parse(v) for v in args.values.split(","))
     default = getattr(dequant, attr)
+    tokens = dequant.COLUMNWISE_TOKENS
+    if args.ab == "ring":  # the ring exists for 256-token tiles only (the RHT's default is 128)
+        dequant.COLUMNWISE_TOKENS = 256
     copy = bench.copy_bandwidth_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s; {attr} {values}")
     built = {}
@@ -96,6 +103,7 @@ def main(argv=None) -> int:
             print(f"| {op} | {case} | " + " | ".join(cells) + " |", flush=True)
     finally:
         setattr(dequant, attr, default)
+        dequant.COLUMNWISE_TOKENS = tokens
     return 0
 
 
