@@ -374,16 +374,16 @@ DEQUANT_COL_TOKENS = (64, 128, 256)
 # columnwise op; the inverse RHT is 2-4 points faster at 128 (its 256-token variant spills).
 DEQUANT_DEFAULT_COL_TOKENS = 256
 DEQUANT_DEFAULT_COL_TOKENS_UNRHT = 128
+# Shared-memory staging of the 256-token columnwise tiles (DequantizeSpec.col_ring): 0, the whole
+# tile (32 KB: 6 CTAs per SM); 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the
+# registers bounded for 8 / 10 CTAs per SM (perf/NOTES.md, "sub-tile ring")
+DEQUANT_COL_RINGS = (0, 8, 10)
 
 
 def dequant_default_col_tokens(undo_rht: bool) -> int:
     """The default tile length of a columnwise dequantize transposed back (runtime and
     precompile alike)."""
     return DEQUANT_DEFAULT_COL_TOKENS_UNRHT if undo_rht else DEQUANT_DEFAULT_COL_TOKENS
-# Shared-memory staging of the 256-token columnwise tiles (DequantizeSpec.col_ring): 0, the whole
-# tile (32 KB: 6 CTAs per SM); 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the
-# registers bounded for 8 / 10 CTAs per SM (perf/NOTES.md, "sub-tile ring")
-DEQUANT_COL_RINGS = (0, 8, 10)
 
 
 @dataclass(frozen=True)

@@ -186,9 +186,10 @@ def test_columnwise_staging_tile(out_dtype, tokens, ring):
                             row = m.SUB_ROWS * b + r
                             addr = row * m.ROW_BYTES + 16 * m.stage_chunk(row, ch)
                         addrs.append(addr)
+                        token = m.SUB_ROWS * b + r
                         for e in range(per_chunk):
-                            assert owner[addr + elem * e] == (m.SUB_ROWS * b + r, per_chunk * ch + e)
-                        seen.add((m.SUB_ROWS * b + r, ch))
+                            assert owner[addr + elem * e] == (token, per_chunk * ch + e)
+                        seen.add((token, ch))
                     assert _bank_ways(addrs, 16) == 1
     assert len(seen) == m.TILE_ROWS * m.CHUNKS
     # consecutive rounds use different slots (the round after next may reuse one)
