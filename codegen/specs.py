@@ -413,6 +413,10 @@ class DequantizeSpec(KernelSpec):
     # compiled for 8 / 10 CTAs per SM. 0 is left out of the key (those kernels keep their keys
     # and sources)
     col_ring: int = 0
+    # NVFP4 compact scales, 256-token tiles: a lane loads one scale word (sub-tile q's 4 blocks)
+    # instead of 4 bytes, handed out by a byte transpose over the quad, where the tile's 4
+    # sub-tiles lie in one group (False, the default, is left out of the key)
+    col_scale_words: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -426,6 +430,12 @@ class DequantizeSpec(KernelSpec):
             raise ValueError(
                 f"col_tokens must be one of {DEQUANT_COL_TOKENS} for a columnwise dequantize "
                 f"transposed back (else 64), got {self.col_tokens!r}"
+            )
+        if self.col_scale_words and (
+            self.col_tokens != 256 or self.fmt != "nvfp4" or self.swizzled
+        ):
+            raise ValueError(
+                "col_scale_words: 256-token NVFP4 columnwise tiles, compact scales only"
             )
         if self.transposed_out and (not self.columnwise or self.undo_rht):
             raise ValueError("transposed_out: columnwise data without undo_rht only")
@@ -444,6 +454,8 @@ class DequantizeSpec(KernelSpec):
             del out["col_tokens"]
         if out["col_ring"] == 0:
             del out["col_ring"]
+        if not out["col_scale_words"]:
+            del out["col_scale_words"]
         return out
 
     def render_fields(self) -> dict:
@@ -451,6 +463,7 @@ class DequantizeSpec(KernelSpec):
             **super().render_fields(),
             "col_tokens": self.col_tokens,
             "col_ring": self.col_ring,
+            "col_scale_words": self.col_scale_words,
         }
 
 

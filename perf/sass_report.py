@@ -112,7 +112,7 @@ def tile_part(sass: str) -> int:
     after the lookups' last SHFL (the device-split search) to the function's end (0: none)."""
     ins = [op for _, op in _parse(sass)]
     n = sum(kernel_body(sass).values())
-    shfl = [i for i, op in enumerate(ins[:n]) if op.startswith("SHFL")]
+    shfl = [i for i, op in enumerate(ins[:n]) if op.startswith("SHFL.IDX")]
     exits = [i for i in range(shfl[-1], n) if ins[i] == "EXIT"] if shfl else []
     return n - exits[0] - 1 if exits else 0
 

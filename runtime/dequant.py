@@ -51,6 +51,11 @@ COLUMNWISE_TOKENS = None
 # 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the registers bounded for 8 / 10
 # CTAs per SM (perf/NOTES.md, "sub-tile ring"; perf/probes/dequant_walk.py --ab ring).
 COLUMNWISE_RING = 0
+# NVFP4 compact scales of the 256-token tiles (a compile variant, DequantizeSpec.col_scale_words):
+# True, one scale word per lane and column group plus a byte transpose over the quad where the
+# tile lies in one group, instead of one LDG.U8 per 16 tokens (perf/NOTES.md, "scale words";
+# perf/probes/dequant_walk.py --ab scales)
+COLUMNWISE_SCALE_WORDS = False
 
 
 def _round_up(a: int, b: int) -> int:
@@ -58,18 +63,19 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    tokens, ring = 64, 0
+    tokens, ring, words = 64, 0, False
     if columnwise and not transposed_out:
         tokens = COLUMNWISE_TOKENS or dequant_default_col_tokens(undo_rht)
         ring = COLUMNWISE_RING if tokens == 256 else 0
+        words = COLUMNWISE_SCALE_WORDS and tokens == 256 and fmt == "nvfp4" and not swizzled
     return _cached_spec(
-        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring
+        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
     )
 
 
 @functools.cache
 def _cached_spec(
-    arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring
+    arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
 ):
     return DequantizeSpec(
         arch=arch,
@@ -81,6 +87,7 @@ def _cached_spec(
         transposed_out=transposed_out,
         col_tokens=tokens,
         col_ring=ring,
+        col_scale_words=words,
     )
 
 
@@ -409,7 +416,12 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     dev = buf.device
     stream = torch._C._cuda_getCurrentRawStream(dev.index)
     # the columnwise layout switches too: a record holds the kernel they chose
-    layout_flags = (COLUMNWISE_TOKENS, COLUMNWISE_RING, COLUMNWISE_ROW_TILES_FIRST)
+    layout_flags = (
+        COLUMNWISE_TOKENS,
+        COLUMNWISE_RING,
+        COLUMNWISE_SCALE_WORDS,
+        COLUMNWISE_ROW_TILES_FIRST,
+    )
     key = (id(outputs.spans), id(layout), flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip
     hit = _RECORDS.get(key)

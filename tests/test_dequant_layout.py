@@ -284,22 +284,48 @@ def _sectors_whole(addrs: list, size: int, partial_ok: bool) -> bool:
     return partial_ok or all(n == 32 for n in cover.values())
 
 
-@pytest.mark.parametrize(("tokens", "ring"), LAYOUTS)
+def _quad_transpose(words: list) -> list:
+    """``dq.quad_transpose_bytes`` over one quad (lane q's word at index q), on Python ints."""
+    x = [prmt(words[q], words[q ^ 1], dq.QUAD_SEL1[q & 1]) for q in range(4)]  # SHFL.BFLY 1 + PRMT
+    return [prmt(x[q], x[q ^ 2], dq.QUAD_SEL2[(q >> 1) & 1]) for q in range(4)]
+
+
+def test_quad_transpose_bytes():
+    rng = random.Random(7)
+    for _ in range(200):
+        words = [rng.getrandbits(32) for _ in range(4)]
+        got = _quad_transpose(words)
+        for q in range(4):
+            for b in range(4):
+                assert (got[q] >> (8 * b)) & 0xFF == (words[b] >> (8 * q)) & 0xFF
+
+
+@pytest.mark.parametrize(
+    ("tokens", "ring", "words"),
+    [(t, r, False) for t, r in LAYOUTS] + [(256, 0, True), (256, 8, True)],
+)
 @pytest.mark.parametrize(
     ("fmt", "out_dtype"), [("nvfp4", "bf16"), ("nvfp4", "f32"), ("e4m3", "f16"), ("e4m3", "f32")]
 )
-def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring):
+def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
     """Every lane's loads and every thread's stores of a columnwise dequantize (transposed
     back), emulated CTA by CTA from the template's address formulas over uneven groups (every
     M_g a multiple of 16, not of the tile's tokens; empty groups; N = 272: a partial column
     tile): each data and scale byte read once, each output value written once, whole 32-byte
     sectors per warp instruction except at a partial tile's end, and per tile and column row
     the sub-tiles of one group read one contiguous run."""
+    nvfp4 = fmt == "nvfp4"
+    if words and not nvfp4:
+        pytest.skip("scale words: NVFP4 only")
     spec = specs.DequantizeSpec(
-        fmt=fmt, columnwise=True, out_dtype=out_dtype, col_tokens=tokens, col_ring=ring
+        fmt=fmt,
+        columnwise=True,
+        out_dtype=out_dtype,
+        col_tokens=tokens,
+        col_ring=ring,
+        col_scale_words=words,
     )
     m = jit.load_module(spec)
-    nvfp4 = fmt == "nvfp4"
     splits = [16, 48, 0, 64, 80, 144, 0, 256, 32, 208, 112, 16]
     n = 272
     rows_total = sum(splits)
@@ -316,6 +342,19 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring):
             where = _find_tiles(splits, m.SUBTILES * cta, m.SUBTILES)
             left = [rows - sub * tl for _, _, rows, tl in where]
             runs = collections.defaultdict(list)  # (group, column) -> bytes read by the tile
+            # scale words: the tile's sub-tiles in one group; lane 4c + q's word (sub-tile q)
+            one_group = words and len({w[0] for w in where}) == 1
+            word_at = {}  # (warp, k, lane) -> the byte address of its scale word
+            if one_group:
+                g, _, rows, tl0 = where[0]
+                for warp, k, lane in _product(m.THREADS // 32, m.GROUPS_PER_WARP, 32):
+                    c, q = lane >> 2, lane & 3
+                    col = col_tile * m.TILE_COLS + 8 * m.GROUPS_PER_WARP * warp + 8 * k + c
+                    if col < n and left[0] > sub * q:
+                        assert 4 * (tl0 + q) + 4 <= cg[g]  # inside the group's padded row
+                        word_at[warp, k, lane] = (
+                            (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + 4 * (tl0 + q)
+                        )
             for warp, k, b in _product(m.THREADS // 32, m.GROUPS_PER_WARP, m.SUBTILES):
                 g, row0, rows, tl = where[b]
                 addrs = []
@@ -327,9 +366,10 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring):
                     tok = tl * sub + 16 * q
                     if nvfp4:
                         a = row0 * (n // 2) + col * (rows // 2) + tok // 2
-                        scale_reads[
-                            (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + tok // 16
-                        ] += 1
+                        want = (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + tok // 16
+                        if one_group:  # byte q of lane 4c + b's word, after the transpose
+                            assert word_at[warp, k, (lane & ~3) | b] + q == want
+                        scale_reads[want] += 1
                     else:
                         a = row0 * n + col * rows + tok
                     addrs.append(a)
