@@ -171,6 +171,11 @@ def main(argv=None) -> int:
         default=0,
         help="with --col-tokens 256: the sub-tile ring's CTAs per SM (DequantizeSpec.col_ring)",
     )
+    p.add_argument(
+        "--col-scale-words",
+        action="store_true",
+        help="with --col-tokens 256: NVFP4 compact-scale specs with DequantizeSpec.col_scale_words",
+    )
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
@@ -190,6 +195,8 @@ def main(argv=None) -> int:
         transposes = getattr(spec, "columnwise", False) and not getattr(spec, "transposed_out", 1)
         if args.col_tokens and transposes:
             spec = dataclasses.replace(spec, col_tokens=args.col_tokens, col_ring=args.col_ring)
+            if args.col_scale_words and spec.fmt == "nvfp4" and not spec.swizzled:
+                spec = dataclasses.replace(spec, col_scale_words=True)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
         d = out / jit.entry_name(spec)
