@@ -369,21 +369,31 @@ DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
 # (NVFP4) / 128-256 (FP8) contiguous bytes per column row (perf/NOTES.md, "longer runs per
 # column row"; perf/probes/dequant_walk.py --ab tokens compares them)
 DEQUANT_COL_TOKENS = (64, 128, 256)
-# The one the runtime uses (runtime/dequant.py: COLUMNWISE_TOKENS) and precompile builds, per
-# kind (dequant_default_col_tokens): 256 was fastest or within 4 points on the H200 for every
-# columnwise op; the inverse RHT is 2-4 points faster at 128 (its 256-token variant spills).
+# The one the runtime uses (runtime/dequant.py: COLUMNWISE_TOKENS) and precompile builds, for
+# every kind (``dequant_columnwise_defaults``): 256, with the sub-tile ring below (without the
+# ring the inverse RHT was 2-4 points faster at 128: its whole-tile 256-token variant spills).
 DEQUANT_DEFAULT_COL_TOKENS = 256
-DEQUANT_DEFAULT_COL_TOKENS_UNRHT = 128
 # Shared-memory staging of the 256-token columnwise tiles (DequantizeSpec.col_ring): 0, the whole
-# tile (32 KB: 6 CTAs per SM); 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the
-# registers bounded for 8 / 10 CTAs per SM (perf/NOTES.md, "sub-tile ring")
-DEQUANT_COL_RINGS = (0, 8, 10)
+# tile (32 KB: 6 CTAs per SM); 8, a ring of two 64-token sub-tile buffers (16 KB) with the
+# registers bounded for 8 CTAs per SM (perf/NOTES.md, "sub-tile ring"), the default:
+# H200, ninth session (perf/probes/dequant_walk.py --ab ring, % of copy, dense / 8 uneven / 64 /
+# 256 groups, 0 -> 8): NVFP4 68.7 / 65.9 / 74.6 / 82.6 -> 78.4 / 82.4 / 85.8 / 87.0, inverse
+# RHT 66.8 / 63.8 / 71.7 / 78.0 -> 79.4 / 82.4 / 87.0 / 87.7, FP8 77.9 / 73.0 / 78.4 / 79.0 ->
+# 77.0 / 82.4 / 85.5 / 85.7. A bound for 10 CTAs per SM was slower than 8 everywhere but NVFP4
+# dense (78.9%; it spilled 10-21 instructions in most variants): dropped.
+DEQUANT_COL_RINGS = (0, 8)
+DEQUANT_DEFAULT_COL_RING = 8
+# NVFP4 compact scales of the 256-token tiles as one word per lane (DequantizeSpec.
+# col_scale_words): with the ring, 78.5 / 82.6 / 85.9 / 86.8 -> 80.7 / 83.2 / 86.7 / 87.3% (the
+# same run; the inverse RHT within +-0.4)
+DEQUANT_DEFAULT_SCALE_WORDS = True
 
 
-def dequant_default_col_tokens(undo_rht: bool) -> int:
-    """The default tile length of a columnwise dequantize transposed back (runtime and
-    precompile alike)."""
-    return DEQUANT_DEFAULT_COL_TOKENS_UNRHT if undo_rht else DEQUANT_DEFAULT_COL_TOKENS
+def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:
+    """(col_tokens, col_ring, col_scale_words) of a columnwise dequantize transposed back, as
+    the runtime picks them and precompile builds them."""
+    words = DEQUANT_DEFAULT_SCALE_WORDS and fmt == "nvfp4" and not swizzled
+    return DEQUANT_DEFAULT_COL_TOKENS, DEQUANT_DEFAULT_COL_RING, words
 
 
 @dataclass(frozen=True)
@@ -565,6 +575,7 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         for swizzled in (False, True):
             out.append(DequantizeSpec(arch=arch, swizzled=swizzled, out_dtype=out_dtype))
             for undo_rht in (False, True):
+                tokens, ring, words = dequant_columnwise_defaults("nvfp4", swizzled)
                 out.append(
                     DequantizeSpec(
                         arch=arch,
@@ -572,19 +583,22 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                         undo_rht=undo_rht,
                         swizzled=swizzled,
                         out_dtype=out_dtype,
-                        col_tokens=dequant_default_col_tokens(undo_rht),
+                        col_tokens=tokens,
+                        col_ring=ring,
+                        col_scale_words=words,
                     )
                 )
         for fmt in FP8_DTYPES:
             for columnwise in (False, True):
-                tokens = DEQUANT_DEFAULT_COL_TOKENS if columnwise else 64
+                tokens, ring, _ = dequant_columnwise_defaults(fmt, False)
                 out.append(
                     DequantizeSpec(
                         arch=arch,
                         fmt=fmt,
                         columnwise=columnwise,
                         out_dtype=out_dtype,
-                        col_tokens=tokens,
+                        col_tokens=tokens if columnwise else 64,
+                        col_ring=ring if columnwise else 0,
                     )
                 )
     for out_dtype in ("bf16", "f16"):

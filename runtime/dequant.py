@@ -26,7 +26,7 @@ import torch
 
 from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import _num_groups
-from cutequant.codegen.specs import DequantizeSpec, dequant_default_col_tokens
+from cutequant.codegen.specs import DequantizeSpec, dequant_columnwise_defaults
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -42,20 +42,21 @@ COLUMNWISE_ROW_TILES_FIRST = False
 # kernels (perf/NOTES.md, "longer runs per column row"). H200, eighth session run 8
 # (perf/probes/dequant_walk.py, % of copy, 64 / 128 / 256, dense .. 256 groups): NVFP4
 # 62.2-78.7 / 64.2-80.9 / 65.5-82.0, with the inverse RHT 59.4-74.8 / 66.9-79.9 / 62.7-77.9,
-# FP8 66.9-74.5 / 66.7-73.1 / 72.7-78.8. None: the per-kind default of the specs `cutequant
-# precompile` builds (specs.dequant_default_col_tokens: 256, the inverse RHT 128); a number:
-# that length for every kind (the A/B probe, the GPU tests).
+# FP8 66.9-74.5 / 66.7-73.1 / 72.7-78.8. None (each of the three flags): the default of the
+# specs `cutequant precompile` builds (specs.dequant_columnwise_defaults: 256 tokens, ring 8,
+# scale words for NVFP4 compact scales); a value: that for every kind (the A/B probe, the GPU
+# tests).
 COLUMNWISE_TOKENS = None
 # shared-memory staging of the 256-token tiles (a compile variant, DequantizeSpec.col_ring, read
 # when the spec is built; other lengths ignore it): 0, the whole 32 KB tile (6 CTAs per SM);
-# 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the registers bounded for 8 / 10
-# CTAs per SM (perf/NOTES.md, "sub-tile ring"; perf/probes/dequant_walk.py --ab ring).
-COLUMNWISE_RING = 0
+# 8, a ring of two 64-token sub-tile buffers (16 KB) with the registers bounded for 8 CTAs per
+# SM (perf/NOTES.md, "sub-tile ring"; perf/probes/dequant_walk.py --ab ring).
+COLUMNWISE_RING = None
 # NVFP4 compact scales of the 256-token tiles (a compile variant, DequantizeSpec.col_scale_words):
 # True, one scale word per lane and column group plus a byte transpose over the quad where the
 # tile lies in one group, instead of one LDG.U8 per 16 tokens (perf/NOTES.md, "scale words";
 # perf/probes/dequant_walk.py --ab scales)
-COLUMNWISE_SCALE_WORDS = False
+COLUMNWISE_SCALE_WORDS = None
 
 
 def _round_up(a: int, b: int) -> int:
@@ -65,9 +66,12 @@ def _round_up(a: int, b: int) -> int:
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
     tokens, ring, words = 64, 0, False
     if columnwise and not transposed_out:
-        tokens = COLUMNWISE_TOKENS or dequant_default_col_tokens(undo_rht)
-        ring = COLUMNWISE_RING if tokens == 256 else 0
-        words = COLUMNWISE_SCALE_WORDS and tokens == 256 and fmt == "nvfp4" and not swizzled
+        tokens, ring, words = dequant_columnwise_defaults(fmt, swizzled)
+        tokens = tokens if COLUMNWISE_TOKENS is None else COLUMNWISE_TOKENS
+        ring = ring if COLUMNWISE_RING is None else COLUMNWISE_RING
+        words = words if COLUMNWISE_SCALE_WORDS is None else COLUMNWISE_SCALE_WORDS
+        ring = ring if tokens == 256 else 0
+        words = words and tokens == 256 and fmt == "nvfp4" and not swizzled
     return _cached_spec(
         arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
     )

@@ -309,11 +309,12 @@ def test_dequantize_col_ring_key():
 
 
 def test_dequantize_runtime_specs_are_precompiled():
-    """Every spec the runtime's dequantize builds with its default flags (the per-kind tile
-    length: the inverse RHT 128 tokens, the others 256) is one precompile builds."""
+    """Every spec the runtime's dequantize builds with its default flags (256-token columnwise
+    tiles with the sub-tile ring, NVFP4 compact scales as words) is one precompile builds."""
     from cutequant import dequant
 
-    assert dequant.COLUMNWISE_TOKENS is None and dequant.COLUMNWISE_RING == 0
+    defaults = (dequant.COLUMNWISE_TOKENS, dequant.COLUMNWISE_RING, dequant.COLUMNWISE_SCALE_WORDS)
+    assert defaults == (None, None, None)
     pre = set(cli.all_specs("sm_90a"))
     seen = set()
     for out_dtype in S.OUT_DTYPES:
@@ -330,5 +331,9 @@ def test_dequantize_runtime_specs_are_precompiled():
                     continue  # the runtime has none (NVFP4, compact scales, 16-bit outputs)
                 assert spec in pre, spec.describe()
                 seen.add(spec)
-    tokens = {(s.undo_rht, s.col_tokens) for s in seen if s.columnwise and not s.transposed_out}
-    assert tokens == {(False, 256), (True, 128)}
+    tiles = {
+        (s.fmt == "nvfp4" and not s.swizzled, s.col_tokens, s.col_ring, s.col_scale_words)
+        for s in seen
+        if s.columnwise and not s.transposed_out
+    }
+    assert tiles == {(False, 256, 8, False), (True, 256, 8, True)}

@@ -43,7 +43,7 @@ COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
 # (module attribute, its values, how to parse --values)
 ABS = {
     "tokens": ("COLUMNWISE_TOKENS", (64, 128, 256), int),
-    "ring": ("COLUMNWISE_RING", (0, 8, 10), int),
+    "ring": ("COLUMNWISE_RING", (0, 8), int),
     "scales": ("COLUMNWISE_SCALE_WORDS", (False, True), lambda v: v == "True"),
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
 }
