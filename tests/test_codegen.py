@@ -5,6 +5,7 @@ import shutil
 import subprocess
 
 import pytest
+import torch
 
 from cutequant import cli, jit
 from cutequant.codegen import module_name, render
@@ -21,6 +22,7 @@ def test_variant_inventory():
         "nvfp4_quantize",
         "fp8_quantize",
         "fp8_tile_cast",
+        "fp8_fused_cast",
         "dequantize",
         "nvfp4_quantize_2d",
         "fake_quant_rows",
@@ -32,6 +34,8 @@ def test_variant_inventory():
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
     # 16-bit inputs x fp8 dtypes x current / delayed scaling
     assert sum(s.family == "fp8_tile_cast" for s in ALL) == 8
+    # current scaling in one launch (fp8.FUSED_CURRENT): 16-bit inputs x fp8 dtypes
+    assert sum(s.family == "fp8_fused_cast" for s in ALL) == 4
     # NVFP4 (row x 2 scale layouts + col x 2 layouts x undo RHT) + FP8 (2 formats x 2
     # directions), each x 3 output dtypes; + the columnwise fake-quant's (2 output dtypes)
     assert sum(s.family == "dequantize" for s in ALL) == 32
@@ -243,6 +247,36 @@ def test_fp8_tile_cast_choice(monkeypatch):
         assert spec in cli.all_specs("sm_90a")  # precompiled with the rest
     with pytest.raises(ValueError, match="tile_cols"):
         S.Fp8TileCastSpec(tile_cols=96)
+
+
+def test_fp8_fused_current_choice(monkeypatch):
+    """Current scaling of 16-bit inputs with both outputs runs the fused cast (one cooperative
+    launch) unless FUSED_CURRENT is off; its spec is precompiled, renders the fused kernel
+    (cooperative launch, grid barrier, compiled residency) and the tile cast does not."""
+    from cutequant import fp8
+
+    assert fp8.uses_fused_cast("bf16", False, True, True)
+    assert fp8.uses_fused_cast("f16", False, True, True)
+    assert not fp8.uses_fused_cast("bf16", True, True, True)  # delayed: the tile cast
+    assert not fp8.uses_fused_cast("f32", False, True, True)
+    assert not fp8.uses_fused_cast("bf16", False, True, False)
+    assert fp8.amax_rows(torch.bfloat16, "current", True, True) == 1
+    assert fp8.amax_rows(torch.float32, "current", True, True) == 2
+    spec = fp8._fused_spec("sm_90a", "bf16", "e4m3")
+    assert spec.tile_cols == fp8._tile_spec("sm_90a", "bf16", "e4m3", False).tile_cols
+    assert spec in cli.all_specs("sm_90a")
+    src = render(spec)
+    assert "cooperative=True" in src and "grid_sync.arrive_and_wait" in src
+    assert f"RESIDENT_CTAS = {spec.resident_ctas()}" in src
+    assert spec.resident_ctas() * 2 * spec.tile_cols == spec.resident_threads
+    tile = render(fp8._tile_spec("sm_90a", "bf16", "e4m3", False))
+    assert "cooperative" not in tile and "grid_sync" not in tile
+    assert spec.key() != fp8._tile_spec("sm_90a", "bf16", "e4m3", False).key()
+    monkeypatch.setattr(fp8, "FUSED_CURRENT", False)
+    assert not fp8.uses_fused_cast("bf16", False, True, True)
+    assert fp8.amax_rows(torch.bfloat16, "current", True, True) == 2
+    with pytest.raises(ValueError, match="resident_threads"):
+        S.Fp8FusedCastSpec(resident_threads=512)
 
 
 def test_2d_work_items_match_the_kernel():

@@ -15,6 +15,16 @@ IN = [torch.bfloat16, torch.float16, torch.float32]
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 
 
+@pytest.fixture(params=[True, False], ids=["fused", "two_launches"])
+def fused_current(request, monkeypatch):
+    """Current scaling of 16-bit inputs with both outputs, both ways (fp8.FUSED_CURRENT): the
+    fused cast (one cooperative launch) and the amax pass + tile cast."""
+    from cutequant import fp8
+
+    monkeypatch.setattr(fp8, "FUSED_CURRENT", request.param)
+    return request.param
+
+
 def _same_f32(got, ref):
     got, ref = got.float().cpu().reshape(-1), ref.float().cpu().reshape(-1)
     nan = torch.isnan(ref)
@@ -48,6 +58,7 @@ def check_fp8(x, splits, *, device_splits=None, **opts):
     return res
 
 
+@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("in_dtype,fp8_dtype", list(itertools.product(IN, FP8)))
 @pytest.mark.parametrize("scaling", ["current", "delayed"])
 @pytest.mark.parametrize("dirs", [(True, True), (True, False), (False, True)])
@@ -60,6 +71,7 @@ def test_every_variant(in_dtype, fp8_dtype, scaling, dirs, rng):
     check_fp8(x, splits, **opts)
 
 
+@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("groups", [1, 8, 65, 300])
 def test_group_counts(groups, rng):
     splits = random_splits(groups, None, rng, zero_at=("middle",))
@@ -69,6 +81,7 @@ def test_group_counts(groups, rng):
     check_fp8(x, splits, device_splits=dev, fp8_dtype=torch.float8_e5m2)
 
 
+@pytest.mark.usefixtures("fused_current")
 def test_dense_and_all_empty(rng):
     x = grouped_input([8192], 5120, rng)
     check_fp8(x, [8192])
@@ -92,6 +105,7 @@ def test_scale_options_and_special_values(rng):
     check_fp8(x, splits, scaling="delayed", scale=torch.tensor([1.0, 1e-30, 3.0, 1e30]).cuda())
 
 
+@pytest.mark.usefixtures("fused_current")
 def test_dequantize_round_trip(rng):
     splits = [64, 0, 128]
     x = grouped_input(splits, 512, rng)
@@ -157,6 +171,7 @@ def test_tma_ring_kernel_for_16_bit_inputs(in_dtype, monkeypatch, rng):
     check_fp8(x, splits, columnwise=False, scaling="delayed", scale=scale)
 
 
+@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n_cols", [272, 384])
 def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
@@ -173,6 +188,7 @@ def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
     check_fp8(x, splits, device_splits=dev, scaling="delayed", scale=scale)
 
 
+@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("tile_cols", [64, 128, 256])
 def test_tile_cast_widths(tile_cols, monkeypatch, rng):
     """Every tile width the tile cast's spec allows (the runtime picks 256 columns with delayed
@@ -243,3 +259,100 @@ def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
         )
         for g, want in enumerate(ref):
             assert _same_f32(res.amax[g], want["amax"]), (factor, g, res.amax[g], want["amax"])
+
+
+@pytest.mark.parametrize("ctas", [1, 5, 7])
+def test_fused_current_small_grid_many_groups(ctas, monkeypatch, rng):
+    """The fused current-scaling cast on a grid much smaller than its tiles (forced through
+    ``fp8._fused_grid``): each CTA walks a long range of tiles in both phases, the runs of 300
+    uneven groups (empty ones at the front, middle and end, shifted rows) fold across CTA range
+    boundaries, the grid barrier waits for every CTA, and (1 CTA of 256 threads) the scale loop
+    strides over the groups. Host and device splits, both fp8 formats, then calls queued back
+    to back with no sync (the barrier and fold words reset themselves)."""
+    from cutequant import fp8
+
+    monkeypatch.setattr(fp8, "FUSED_CURRENT", True)
+    monkeypatch.setattr(fp8, "_fused_grid", lambda *a: ctas)
+    splits = random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48)
+    x = grouped_input(splits, 400, rng)
+    check_fp8(x, splits)
+    dev = torch.tensor(splits, dtype=torch.int64, device="cuda")
+    check_fp8(x.half(), splits, device_splits=dev, fp8_dtype=torch.float8_e5m2)
+    runs = []
+    for factor in (1e3, 1.0, 1e-3):
+        xs = x * factor
+        runs.append((xs, cutequant.fp8_group_quantize(xs, splits)))
+    torch.cuda.synchronize()
+    for xs, res in runs:
+        ref = reference.fp8_group_quantize(xs, splits, fp8_dtype=torch.float8_e4m3fn)
+        for g, want in enumerate(ref):
+            for key in ("amax", "scale", "scale_inv"):
+                assert _same_f32(res.group(g)[key], want[key]), (g, key)
+            if splits[g]:
+                got = res.group(g)["col_data"].view(torch.uint8).cpu()
+                assert torch.equal(got, want["col_data"].view(torch.uint8).cpu()), g
+
+
+@pytest.mark.usefixtures("fused_current")
+def test_current_special_values_16_bit(rng):
+    """inf, NaN, an all-zero group and huge values in bf16 / f16 input with every scale option
+    (the fused cast computes the amax and TE's scale itself)."""
+    splits = [64, 32, 0, 96, 16]
+    x = grouped_input(splits, 256, rng)
+    x[5, 3] = float("inf")
+    x[70, 9] = float("nan")
+    x[100, 0] = -float("inf")
+    x[96:128] = 0.0  # a group whose amax is 0 -> scale 1
+    x[130, 7] = 3e4
+    for dtype in (torch.bfloat16, torch.float16):
+        for pow2 in (False, True):
+            for eps in (0.0, 1e-3, 1e4):
+                check_fp8(x.to(dtype), splits, amax_epsilon=eps, force_pow2_scales=pow2)
+        check_fp8(x.to(dtype), splits, fp8_dtype=torch.float8_e5m2)
+
+
+def test_fused_current_grid_is_co_resident():
+    """The fused cast's grid never exceeds what the device holds at once (SMs x the compiled
+    residency, capped by the SM's threads and shared memory), so the grid barrier cannot wait
+    for a CTA that is not running; a cooperative launch larger than that is refused."""
+    from cutequant import _launch, fp8, groups
+
+    dev = torch.device("cuda")
+    spec = fp8._fused_spec(_launch.device_arch(dev), "bf16", "e4m3")
+    layout = groups.prepare_groups([8192], 8192, dev, tile_records=True)
+    grid = fp8._fused_grid(spec, dev, layout, 8192, 8192, 1)
+    p = torch.cuda.get_device_properties(dev)
+    threads = 2 * spec.tile_cols
+    per_sm = getattr(p, "max_threads_per_multi_processor", 2048)
+    assert grid <= p.multi_processor_count * spec.resident_ctas()
+    assert grid * threads <= p.multi_processor_count * per_sm
+    assert grid == p.multi_processor_count * spec.resident_ctas()  # 8192 tiles: a full grid
+
+
+_TOO_LARGE = """
+import torch, cutequant
+from cutequant import _launch, fp8
+dev = torch.device("cuda")
+spec = fp8._fused_spec(_launch.device_arch(dev), "bf16", "e4m3")
+fp8._fused_grid = lambda *a: 4 * _launch.sm_count(dev) * spec.resident_ctas() + 1
+x = torch.randn(65536, 1024, device=dev).to(torch.bfloat16)
+try:
+    cutequant.fp8_group_quantize(x, [65536])
+    torch.cuda.synchronize()
+    print("launched")
+except Exception as exc:
+    print("refused:", type(exc).__name__, exc)
+"""
+
+
+def test_fused_current_oversized_grid_is_refused_not_hung():
+    """Deadlock safety: a fused-cast grid larger than the device holds at once (forced) is
+    refused by the driver (cooperative launch) instead of spinning in the grid barrier forever.
+    In a subprocess with a timeout, so that a hang fails the test instead of the session."""
+    import subprocess
+    import sys
+
+    res = subprocess.run(
+        [sys.executable, "-c", _TOO_LARGE], capture_output=True, text=True, timeout=120
+    )
+    assert "refused" in res.stdout, (res.returncode, res.stdout, res.stderr[-2000:])
