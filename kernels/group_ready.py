@@ -17,17 +17,20 @@ No grid barrier and no co-residency: the grid may be many waves long.
   ``word 0`` the maximum (non-negative fp32 bits order like unsigned integers, NaN above inf;
   folded with ``red.max``), ``word 1`` a count. A producer folds its maximum, then increments the
   count with release semantics (fire and forget: the producer CTA does not wait for it). A
-  consumer spins (acquire) until the count reaches the group's producer tiles, reads the maximum,
-  and counts itself out (release: its read happens before). The consumer whose count-out brings
-  the count to producers + consumers is the group's last one: it resets both words to zero.
-* **Everything resets itself within the launch**: the CTA that takes the launch's last ticket
-  (``num_ctas - 1``) sets the ticket word back to zero (every ticket of this launch is taken by
-  then), and every group with tiles has its last consumer. A group without tiles touches
-  neither word. So the next launch on the stream, or a CUDA-graph replay, finds zeros, with no
-  memset node and no host state. Kernels on one stream run one after another (with programmatic
-  dependent launch this kernel touches the words only after ``schedule.wait_prior_grids``); like
-  the rest of the per-stream workspace the words assume that graphs captured on one stream are
-  not replayed concurrently on two others.
+  consumer polls the count (acquire) until it reaches the group's producer tiles, then reads the
+  maximum, and counts itself into a launch-wide ``reads`` word (release, fire and forget).
+* **Everything resets itself within the launch**, by the CTA that takes the launch's last
+  ticket (``num_ctas - 1``): it sets the ticket word back to zero at once (every ticket of this
+  launch is taken by then); at its end it waits until ``reads`` counts every consumer (they all
+  took earlier tickets: running CTAs that wait only for producers), then zeroes every group's
+  two words and ``reads``. So the next launch on the stream, or a CUDA-graph replay, finds
+  zeros, with no memset node and no host state. No consumer needs the value of an atomic (a
+  per-group "last consumer resets" needs the count-out's return value, which ptxas spilled
+  right after the atomic at 32 registers, stalling the CTA for its round trip). Kernels on one
+  stream run one after another (with programmatic dependent launch this kernel touches the
+  words only after ``schedule.wait_prior_grids``); like the rest of the per-stream workspace
+  the words assume that graphs captured on one stream are not replayed concurrently on two
+  others.
 """
 
 import cutlass.cute as cute
@@ -100,10 +103,11 @@ def produce(words: Int64, value: Float32):
 
 @cute.jit
 def wait_ready(words: Int64, producers: Int32) -> Uint32:
-    """All 32 lanes of one warp of a consumer CTA: spin until the group's ``producers`` tiles
-    have counted in (acquire), then return the maximum's bits. Every lane spins and the warp
-    reconverges (``launch_zeroing.wait_zeroed``: a spin in one lane of a diverged warp hung
-    once)."""
+    """All 32 lanes of one warp of a consumer CTA: poll until the group's ``producers`` tiles
+    have counted in, then return the maximum's bits. Every lane polls and the warp reconverges
+    (``launch_zeroing.wait_zeroed``: a spin in one lane of a diverged warp hung once). The polls
+    are acquire loads: the first one usually succeeds, and it orders the read of the maximum
+    after it (each is LDG.STRONG + CCTL.IVALL, an L1 invalidation: only while waiting)."""
     while Int32(_load(words + Int64(4), "acquire")) < producers:
         _nanosleep()
     cute.arch.sync_warp()
@@ -111,19 +115,25 @@ def wait_ready(words: Int64, producers: Int32) -> Uint32:
 
 
 @cute.jit
-def count_out(words: Int64) -> Int32:
-    """One thread of a consumer CTA, after ``wait_ready``: count the consumer out (release: its
-    read of the maximum happens before). Returns the count before, for ``finish``: ``producers``
-    for the group's first consumer, ``2 * producers - 1`` for its last (as many consumers as
-    producers)."""
-    return Int32(_atom_add(words + Int64(4), "release"))
+def count_read(reads: Int64):
+    """One thread of a consumer CTA, after ``wait_ready``: count its read of the maximum into the
+    launch's ``reads`` word (release: the read happens before; nothing is waited for)."""
+    _red_add_release(reads)
 
 
 @cute.jit
-def reset_if_last(words: Int64, before: Int32, producers: Int32, consumers: Int32):
-    """The thread of ``count_out``: the group's last consumer resets both words for the next
-    launch (acquire first: every fold and count of this launch happens before the reset)."""
-    if before == producers + consumers - 1:
-        dev.fence_acq_rel_gpu()
-        _store_zero(words)
-        _store_zero(words + Int64(4))
+def reset_after_reads(reads: Int64, consumers: Int32, fold: Int64, num_groups: Int32):
+    """Every thread of the CTA with the launch's last ticket, at its end: warp 0 waits until
+    ``consumers`` reads are counted (acquire), then the CTA zeroes both words of every group and
+    ``reads`` for the next launch."""
+    tidx, _, _ = cute.arch.thread_idx()
+    ntid, _, _ = cute.arch.block_dim()
+    if tidx < 32:
+        while Int32(_load(reads, "acquire")) < consumers:
+            _nanosleep()
+        cute.arch.sync_warp()
+    cute.arch.barrier()
+    for i in range(tidx, 2 * num_groups, ntid):
+        _store_zero(fold + Int64(4) * Int64(i))
+    if tidx == 0:
+        _store_zero(reads)

@@ -214,7 +214,8 @@ def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise
 
 def bench_fp8_current_ab(case, gen, fused: bool):
     """FP8 current scaling (bf16, both outputs) with ``fp8.FUSED_CURRENT`` set before every
-    call: the fused cast (one cooperative launch) or the amax pass + tile cast (two launches).
+    call: the fused cast (one launch: amax tiles, then cast tiles waiting for their group's
+    amax) or the amax pass + tile cast (two launches).
     Same inputs and bytes (x counted twice) as "fp8_current(amax+cast)"; the flag is part of
     the replay key, so both ways can be timed in one process (``--fused-ab``)."""
     from cutequant import fp8

@@ -96,15 +96,21 @@ def uses_fused_cast(in_dtype: str, delayed: bool, rowwise: bool, columnwise: boo
     return FUSED_CURRENT and not delayed and uses_tile_cast(in_dtype, rowwise, columnwise)
 
 
-@functools.cache
+# columns per tile of the fused cast (None: the tile cast's current-scaling width, 128, the one
+# precompiled); a probe may set 256 (half the CTAs, tickets and amax folds) or 64; in the replay key
+FUSED_TILE_COLS = None
+
+
 def _fused_spec(arch, in_dtype, fp8_dtype) -> Fp8FusedCastSpec:
-    """The fused cast, with the tile width of the tile cast's current-scaling spec."""
-    return Fp8FusedCastSpec(
-        arch=arch,
-        in_dtype=in_dtype,
-        fp8_dtype=fp8_dtype,
-        tile_cols=_tile_spec(arch, in_dtype, fp8_dtype, False).tile_cols,
-    )
+    """The fused cast, with the tile width of the tile cast's current-scaling spec (or
+    FUSED_TILE_COLS)."""
+    tile_cols = FUSED_TILE_COLS or _tile_spec(arch, in_dtype, fp8_dtype, False).tile_cols
+    return _fused_spec_of(arch, in_dtype, fp8_dtype, tile_cols)
+
+
+@functools.cache
+def _fused_spec_of(arch, in_dtype, fp8_dtype, tile_cols) -> Fp8FusedCastSpec:
+    return Fp8FusedCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype, tile_cols=tile_cols)
 
 
 def _fused_grid(spec, layout, m_rows: int, n_cols: int, num_groups: int) -> int:
@@ -174,7 +180,7 @@ def fp8_group_quantize(
         )  # fmt: skip
     # the module switches are in the key: they choose the launches a replay repeats
     flags = (fp8_dtype, scaling, rowwise, columnwise, amax_epsilon, force_pow2_scales)
-    flags += (FUSED_CURRENT,)
+    flags += (FUSED_CURRENT, FUSED_TILE_COLS)
     key, hit = replay.find(_RECORDS, x, splits, flags, (scale,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, amax_shape, total, spans, layout = hit
@@ -401,7 +407,7 @@ def _run_fused(
         outputs.addr("row_data", dummy),
         outputs.addr("col_data", dummy),
         _launch.ptr(ws.fold, 8),
-        _launch.ptr(ws.barrier, 8) + 8,  # words 2, 3 (kernels/group_ready.py's ticket word)
+        _launch.ptr(ws.barrier, 8) + 8,  # words 2, 3: ticket, reads (kernels/group_ready.py)
         float(amax_epsilon),
         int(force_pow2_scales),
         layout.early_level(),
