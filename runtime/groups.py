@@ -364,9 +364,9 @@ class Workspace:
     old ones; also the per-group words of ``kernels/group_ready.py``) and four ``barrier``
     words: 0 and 1 the grid barrier of ``kernels/grid_sync.py`` (an arrival count that every
     launch leaves zero, and a generation), 2 and 3 the ticket and reads words of
-    ``kernels/group_ready.py`` (every launch leaves them zero). Device-built lookup tables are not kept here
-    but in each call's own buffer (``GroupLayout.snapshot`` and the tables after it), which its
-    result keeps."""
+    ``kernels/group_ready.py`` (every launch leaves them zero). Device-built lookup tables are
+    not kept here but in each call's own buffer (``GroupLayout.snapshot`` and the tables after
+    it), which its result keeps."""
 
     fold: torch.Tensor
     barrier: torch.Tensor
