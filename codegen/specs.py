@@ -400,9 +400,21 @@ DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")
 # (NVFP4) / 128-256 (FP8) contiguous bytes per column row (perf/NOTES.md, "longer runs per
 # column row"; perf/probes/dequant_walk.py --ab tokens compares them)
 DEQUANT_COL_TOKENS = (64, 128, 256)
-# The one the runtime uses (runtime/dequant.py: COLUMNWISE_TOKENS) and precompile builds: 256
-# was fastest or within 4 points on the H200 for every columnwise op (measured there).
+# The one the runtime uses (runtime/dequant.py: COLUMNWISE_TOKENS) and precompile builds, per
+# kind (dequant_default_col_tokens): 256 was fastest or within 4 points on the H200 for every
+# columnwise op; the inverse RHT is 2-4 points faster at 128 (its 256-token variant spills).
 DEQUANT_DEFAULT_COL_TOKENS = 256
+DEQUANT_DEFAULT_COL_TOKENS_UNRHT = 128
+# Shared-memory staging of the 256-token columnwise tiles (DequantizeSpec.col_ring): 0, the whole
+# tile (32 KB: 6 CTAs per SM); 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the
+# registers bounded for 8 / 10 CTAs per SM (perf/NOTES.md, "sub-tile ring")
+DEQUANT_COL_RINGS = (0, 8, 10)
+
+
+def dequant_default_col_tokens(undo_rht: bool) -> int:
+    """The default tile length of a columnwise dequantize transposed back (runtime and
+    precompile alike)."""
+    return DEQUANT_DEFAULT_COL_TOKENS_UNRHT if undo_rht else DEQUANT_DEFAULT_COL_TOKENS
 
 
 @dataclass(frozen=True)
@@ -426,14 +438,35 @@ class DequantizeSpec(KernelSpec):
     # DEQUANT_COL_TOKENS: tokens per tile of the columnwise kernels transposed back (64, the
     # default, is left out of the key: those kernels keep their keys and sources)
     col_tokens: int = 64
+    # DEQUANT_COL_RINGS: 0, the whole tile staged in shared memory (32 KB at 256 tokens: 6 CTAs
+    # per SM); 8 / 10, 256-token tiles staged one 64-token sub-tile at a time through a ring of
+    # two sub-tile buffers (16 KB: the registers, not shared memory, bound the CTAs per SM),
+    # compiled for 8 / 10 CTAs per SM. 0 is left out of the key (those kernels keep their keys
+    # and sources)
+    col_ring: int = 0
+    # NVFP4 compact scales, 256-token tiles: a lane loads one scale word (sub-tile q's 4 blocks)
+    # instead of 4 bytes, handed out by a byte transpose over the quad, where the tile's 4
+    # sub-tiles lie in one group (False, the default, is left out of the key)
+    col_scale_words: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         transposes = self.columnwise and not self.transposed_out
+        if self.col_ring not in DEQUANT_COL_RINGS or (self.col_ring and self.col_tokens != 256):
+            raise ValueError(
+                f"col_ring must be one of {DEQUANT_COL_RINGS} (non-zero: 256-token columnwise "
+                f"tiles only), got {self.col_ring!r}"
+            )
         if self.col_tokens not in DEQUANT_COL_TOKENS or (self.col_tokens != 64 and not transposes):
             raise ValueError(
                 f"col_tokens must be one of {DEQUANT_COL_TOKENS} for a columnwise dequantize "
                 f"transposed back (else 64), got {self.col_tokens!r}"
+            )
+        if self.col_scale_words and (
+            self.col_tokens != 256 or self.fmt != "nvfp4" or self.swizzled
+        ):
+            raise ValueError(
+                "col_scale_words: 256-token NVFP4 columnwise tiles, compact scales only"
             )
         if self.transposed_out and (not self.columnwise or self.undo_rht):
             raise ValueError("transposed_out: columnwise data without undo_rht only")
@@ -450,10 +483,19 @@ class DequantizeSpec(KernelSpec):
         out = super().fields()
         if out["col_tokens"] == 64:
             del out["col_tokens"]
+        if out["col_ring"] == 0:
+            del out["col_ring"]
+        if not out["col_scale_words"]:
+            del out["col_scale_words"]
         return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "col_tokens": self.col_tokens}
+        return {
+            **super().render_fields(),
+            "col_tokens": self.col_tokens,
+            "col_ring": self.col_ring,
+            "col_scale_words": self.col_scale_words,
+        }
 
 
 @dataclass(frozen=True)
@@ -526,9 +568,19 @@ class FakeQuantColsSpec(KernelSpec):
     TILE_COLS: ClassVar[int] = 256
     stochastic: bool = False
     out_dtype: str = "bf16"
+    # True: the kernel before issue 20 (per-load 64-bit index math, the (enc, sf) table built
+    # after the tile landed), kept for A/B on the GPU (runtime/fake_quant.py's COLS_LEGACY).
+    # Left out of the key and the source when False, so the default kernels' keys stay put.
+    legacy: bool = False
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not self.legacy:
+            out.pop("legacy")
+        return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "legacy": self.legacy}
 
     def __post_init__(self):
         super().__post_init__()
@@ -551,7 +603,7 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                         undo_rht=undo_rht,
                         swizzled=swizzled,
                         out_dtype=out_dtype,
-                        col_tokens=DEQUANT_DEFAULT_COL_TOKENS,
+                        col_tokens=dequant_default_col_tokens(undo_rht),
                     )
                 )
         for fmt in FP8_DTYPES:

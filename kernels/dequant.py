@@ -248,6 +248,24 @@ def pack_out(vals: list, out_dtype: str) -> list:
     return [cvt(vals[2 * i + 1], vals[2 * i]) for i in range(len(vals) // 2)]
 
 
+# quad_transpose_bytes: PRMT selectors of the two exchange rounds (own word bytes 0-3, the
+# partner's 4-7), for lane bit 0 / bit 1 clear and set
+QUAD_SEL1 = (0x6240, 0x3715)  # round 1 (partner lane ^ 1): bytes j with j % 2 != lane % 2
+QUAD_SEL2 = (0x5410, 0x3276)  # round 2 (partner lane ^ 2): bytes j with j // 2 != lane bit 1
+
+
+def quad_transpose_bytes(word: Uint32, q: Int32) -> Uint32:
+    """4 x 4 byte transpose over each quad of lanes (q = lane % 4): byte j of lane b's ``word``
+    becomes byte b of lane j's result. Two butterfly rounds (lane bits 0 and 1), each one SHFL
+    and one PRMT whose selector depends on the lane bit. Warp-collective."""
+    bit0 = Uint32(q & 1)
+    bit1 = Uint32((q >> 1) & 1)
+    sel1 = Uint32(QUAD_SEL1[0]) ^ (bit0 * Uint32(QUAD_SEL1[0] ^ QUAD_SEL1[1]))
+    sel2 = Uint32(QUAD_SEL2[0]) ^ (bit1 * Uint32(QUAD_SEL2[0] ^ QUAD_SEL2[1]))
+    x = prmt_r(word, Uint32(cute.arch.shuffle_sync_bfly(word, 1)), sel1)
+    return prmt_r(x, Uint32(cute.arch.shuffle_sync_bfly(x, 2)), sel2)
+
+
 @dsl_user_op
 def stmatrix_x4_trans(addr: Int32, words, *, loc=None, ip=None):
     """``stmatrix.sync.aligned.m8n8.x4.trans.shared.b16``: the warp stores four 8x8 matrices of

@@ -29,7 +29,7 @@ on every fp32 input, tests/test_gpu_e2m1_exhaustive.py on the device).
 
 import cutlass
 import cutlass.cute as cute
-from cutlass import Float32, Int32, Uint32
+from cutlass import Float32, Int32, Int64, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
@@ -120,6 +120,40 @@ def rht_b_word(sign_mask: Int32, lane: Int32, h: Int32, reg: Int32) -> Uint32:
         parity = cute.arch.popc(Uint32(i & j)) + Uint32((sign_mask >> i) & 1)
         word = word | ((parity & Uint32(1)) << Uint32(15 + 16 * half))
     return word
+
+
+@dsl_user_op
+def cp_async_16(dst: Int32, src: Int64, src_bytes: Int32, *, loc=None, ip=None):
+    """``cp.async.cg.shared.global`` of 16 bytes, ``src_bytes`` (16 or 0) of them read, the rest
+    zero-filled: a load into shared memory that holds no registers while it flies."""
+    dev.volatile_asm(
+        None,
+        "cp.async.cg.shared.global [$0], [$1], 16, $2;",
+        "r,l,r",
+        [Int32(dst).ir_value(loc=loc, ip=ip), Int64(src).ir_value(loc=loc, ip=ip),
+         Int32(src_bytes).ir_value(loc=loc, ip=ip)],
+    )  # fmt: skip
+
+
+@dsl_user_op
+def cp_async_wait_all(*, loc=None, ip=None):
+    """Wait for this thread's ``cp_async_16`` copies (a barrier then publishes them)."""
+    dev.volatile_asm(None, "cp.async.wait_all;", "", [])
+
+
+@dsl_user_op
+def load_global_f32_now(addr: Int64, *, loc=None, ip=None) -> Float32:
+    """``ld.global.f32``, volatile: ptxas keeps it where it stands. A plain load that only one
+    branch uses is sunk into that branch, i.e. after whatever precedes the branch (the group
+    amax of the columnwise kernel went behind the tile's shared stores)."""
+    return Float32(
+        dev.volatile_asm(
+            T.f32(),
+            "ld.volatile.global.f32 $0, [$1];",
+            "=f,l",
+            [Int64(addr).ir_value(loc=loc, ip=ip)],
+        )
+    )
 
 
 @cute.jit

@@ -278,6 +278,8 @@ def _breakdown_ops(x, splits, amax) -> dict:
     w = x.view(-1, 64, x.shape[1])
     scale = torch.ones(len(splits), dtype=torch.float32, device=x.device)
     dev_splits = torch.tensor(splits, dtype=torch.int32, device=x.device)
+    qd = cutequant.nvfp4_group_quantize(x, dev_splits, amax=amax)
+    w_amax = torch.ones(w.shape[0], dtype=torch.float32, device=x.device)
     return {
         "group_amax": lambda: cutequant.group_amax(x, splits),
         "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
@@ -285,7 +287,15 @@ def _breakdown_ops(x, splits, amax) -> dict:
         "nvfp4 rowwise only (given amax)": lambda: cutequant.nvfp4_group_quantize(
             x, splits, amax=amax, columnwise=False
         ),
+        "nvfp4 rowwise only, no RHT (given amax)": lambda: cutequant.nvfp4_group_quantize(
+            x, splits, amax=amax, columnwise=False, rht=False
+        ),
+        "nvfp4 columnwise only (given amax)": lambda: cutequant.nvfp4_group_quantize(
+            x, splits, amax=amax, rowwise=False
+        ),
         "nvfp4 dequantize rowwise": lambda: dequant.nvfp4_group_dequantize(q),
+        "nvfp4 dequantize columnwise": lambda: dequant.nvfp4_group_dequantize(q, columnwise=True),
+        "nvfp4 dequantize, device splits": lambda: dequant.nvfp4_group_dequantize(qd),
         "fp8 current": lambda: cutequant.fp8_group_quantize(x, splits),
         "fp8 delayed": lambda: cutequant.fp8_group_quantize(
             x, splits, scaling="delayed", scale=scale
@@ -297,6 +307,7 @@ def _breakdown_ops(x, splits, amax) -> dict:
         ),
         "2D weights, stacked [E, 64, N]": lambda: cutequant.nvfp4_quantize_weights_2d(w),
         "2D weights fake-quant": lambda: cutequant.nvfp4_fake_quantize_weights_2d(w),
+        "2D weights, given amax": lambda: cutequant.nvfp4_quantize_weights_2d(w, amax=w_amax),
         # device-resident splits (an int32 CUDA tensor): replayed with the table kernel
         "group_amax, device splits": lambda: cutequant.group_amax(x, dev_splits),
         "nvfp4 (amax pass), device splits": lambda: cutequant.nvfp4_group_quantize(x, dev_splits),

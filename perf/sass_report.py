@@ -107,6 +107,16 @@ def kernel_body(sass: str) -> collections.Counter:
     return collections.Counter(ops)
 
 
+def tile_part(sass: str) -> int:
+    """Instructions of a one-CTA-per-tile dequantize after its tile lookup: from the first EXIT
+    after the lookups' last SHFL (the device-split search) to the function's end (0: none)."""
+    ins = [op for _, op in _parse(sass)]
+    n = sum(kernel_body(sass).values())
+    shfl = [i for i, op in enumerate(ins[:n]) if op.startswith("SHFL.IDX")]
+    exits = [i for i in range(shfl[-1], n) if ins[i] == "EXIT"] if shfl else []
+    return n - exits[0] - 1 if exits else 0
+
+
 def _values_per_thread(spec) -> int:
     from cutequant import jit
 
@@ -155,6 +165,17 @@ def main(argv=None) -> int:
         default=None,
         help="columnwise dequantize transposes: compile tiles of this many tokens (64/128/256)",
     )
+    p.add_argument(
+        "--col-ring",
+        type=int,
+        default=0,
+        help="with --col-tokens 256: the sub-tile ring's CTAs per SM (DequantizeSpec.col_ring)",
+    )
+    p.add_argument(
+        "--col-scale-words",
+        action="store_true",
+        help="with --col-tokens 256: NVFP4 compact-scale specs with DequantizeSpec.col_scale_words",
+    )
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
@@ -173,7 +194,9 @@ def main(argv=None) -> int:
             continue
         transposes = getattr(spec, "columnwise", False) and not getattr(spec, "transposed_out", 1)
         if args.col_tokens and transposes:
-            spec = dataclasses.replace(spec, col_tokens=args.col_tokens)
+            spec = dataclasses.replace(spec, col_tokens=args.col_tokens, col_ring=args.col_ring)
+            if args.col_scale_words and spec.fmt == "nvfp4" and not spec.swizzled:
+                spec = dataclasses.replace(spec, col_scale_words=True)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
         d = out / jit.entry_name(spec)
@@ -193,7 +216,9 @@ def main(argv=None) -> int:
                 counts[name] = len(re.findall(pat, sass))
             regs = re.findall(r"REG:(\d+)", res)
             loops = encoder_loops(sass) if args.loops else []
-            body = (kernel_body(sass), _values_per_thread(spec)) if args.body else None
+            body = None
+            if args.body:
+                body = (kernel_body(sass), _values_per_thread(spec), tile_part(sass))
             rows.append((spec.describe(), regs, counts, loops, body))
             (d / "kernel.sass").write_text(sass)
             (d / "res.txt").write_text(res)
@@ -206,10 +231,12 @@ def main(argv=None) -> int:
             print(f"   loop {n} instructions, {n / 32:.1f} per value: {_classes(ops)}")
             print(f"        pipes {_pipes(ops)}")
         if body:
-            ops, per = body
+            ops, per, tile = body
             n = sum(ops.values())
             rate = f", {n / per:.1f} per value ({per} per thread)" if per else ""
             print(f"   body {n} instructions{rate}: {_classes(ops)}")
+            if tile and per:
+                print(f"   tile part (after the lookup) {tile}, {tile / per:.1f} per value")
     return 0
 
 

@@ -33,17 +33,25 @@ def group_amax(
         return ops.group_amax_traced(x, splits, rht, sign_mask)
     key, hit = replay.find(_RECORDS, x, splits, (rht, sign_mask, _launch.rht_mma()))
     if hit is not None:  # replay.py: the checked call's launches again
-        record, shape = hit
+        record, shape, num_groups = hit
         amax = _launch.output_allocator(shape, torch.float32, x.device)
         record.launch((x, amax, replay.device_splits(splits)))
-        return tuple(amax.unbind(0))
+        return _rows(amax, num_groups)
     m_rows, num_groups, splits, arch = check_group_amax(x, splits, rht, sign_mask)
     with replay.recording() as rec:
-        amax, _ = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch)
+        amax, _ = run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch, True)
     if key is not None and rec.replayable(m_rows):
         device_splits = replay.device_splits(splits)
         record = replay.Replay(rec.launches, [x, amax, device_splits], rec.scratch)
-        _RECORDS.put(key, (record, (2, num_groups)))
+        _RECORDS.put(key, (record, tuple(amax.shape), num_groups))
+    return _rows(amax, num_groups)
+
+
+def _rows(amax: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(amax_row, amax_col) of ``run_group_amax``'s output: a [2, G] tensor, or the flat
+    buffer of an eager call with device splits (the two rows first, then the call's tables)."""
+    if amax.dim() == 1:
+        return amax[:num_groups], amax[num_groups : 2 * num_groups]
     return tuple(amax.unbind(0))
 
 
@@ -69,11 +77,21 @@ def check_group_amax(x, splits, rht, sign_mask):
     return m_rows, num_groups, splits if host is None else host, arch
 
 
-def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch):
+def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch, carve=False):
     """(fp32 [2, G] (row, col) amax, the call's layout) of validated arguments
-    (``check_group_amax``'s)."""
-    amax = new_amax(2, num_groups, m_rows, x.device)
-    layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax, validated=True)
+    (``check_group_amax``'s). ``carve`` (eager calls) with device splits and rows: the amax is
+    the head of one flat fp32 buffer whose tail holds the call's snapshot and tables (one
+    allocation less: ~2.5 us of host time)."""
+    if carve and m_rows and isinstance(splits, torch.Tensor):
+        at = -(-8 * num_groups // 16) * 16  # the tables' byte offset: 16-byte aligned
+        words = at // 4 + groups.device_tables_words(num_groups)
+        amax = _launch.output_allocator((words,), torch.float32, x.device)
+        layout = groups.prepare_groups(
+            splits, m_rows, x.device, (amax.data_ptr(), 2 * num_groups), into=(amax, at)
+        )
+    else:
+        amax = new_amax(2, num_groups, m_rows, x.device)
+        layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax, validated=True)
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
     )

@@ -26,7 +26,7 @@ import torch
 
 from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import _num_groups
-from cutequant.codegen.specs import DEQUANT_DEFAULT_COL_TOKENS, DequantizeSpec
+from cutequant.codegen.specs import DequantizeSpec, dequant_default_col_tokens
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -42,9 +42,20 @@ COLUMNWISE_ROW_TILES_FIRST = False
 # kernels (perf/NOTES.md, "longer runs per column row"). H200, eighth session run 8
 # (perf/probes/dequant_walk.py, % of copy, 64 / 128 / 256, dense .. 256 groups): NVFP4
 # 62.2-78.7 / 64.2-80.9 / 65.5-82.0, with the inverse RHT 59.4-74.8 / 66.9-79.9 / 62.7-77.9,
-# FP8 66.9-74.5 / 66.7-73.1 / 72.7-78.8: 256 wins or is within 4 points everywhere (the
-# default of the specs `cutequant precompile` builds).
-COLUMNWISE_TOKENS = DEQUANT_DEFAULT_COL_TOKENS
+# FP8 66.9-74.5 / 66.7-73.1 / 72.7-78.8. None: the per-kind default of the specs `cutequant
+# precompile` builds (specs.dequant_default_col_tokens: 256, the inverse RHT 128); a number:
+# that length for every kind (the A/B probe, the GPU tests).
+COLUMNWISE_TOKENS = None
+# shared-memory staging of the 256-token tiles (a compile variant, DequantizeSpec.col_ring, read
+# when the spec is built; other lengths ignore it): 0, the whole 32 KB tile (6 CTAs per SM);
+# 8 / 10, a ring of two 64-token sub-tile buffers (16 KB) with the registers bounded for 8 / 10
+# CTAs per SM (perf/NOTES.md, "sub-tile ring"; perf/probes/dequant_walk.py --ab ring).
+COLUMNWISE_RING = 0
+# NVFP4 compact scales of the 256-token tiles (a compile variant, DequantizeSpec.col_scale_words):
+# True, one scale word per lane and column group plus a byte transpose over the quad where the
+# tile lies in one group, instead of one LDG.U8 per 16 tokens (perf/NOTES.md, "scale words";
+# perf/probes/dequant_walk.py --ab scales)
+COLUMNWISE_SCALE_WORDS = False
 
 
 def _round_up(a: int, b: int) -> int:
@@ -52,14 +63,20 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    tokens = COLUMNWISE_TOKENS if columnwise and not transposed_out else 64
+    tokens, ring, words = 64, 0, False
+    if columnwise and not transposed_out:
+        tokens = COLUMNWISE_TOKENS or dequant_default_col_tokens(undo_rht)
+        ring = COLUMNWISE_RING if tokens == 256 else 0
+        words = COLUMNWISE_SCALE_WORDS and tokens == 256 and fmt == "nvfp4" and not swizzled
     return _cached_spec(
-        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens
+        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
     )
 
 
 @functools.cache
-def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens):
+def _cached_spec(
+    arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
+):
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -69,6 +86,8 @@ def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transpose
         out_dtype=out_dtype,
         transposed_out=transposed_out,
         col_tokens=tokens,
+        col_ring=ring,
+        col_scale_words=words,
     )
 
 
@@ -403,7 +422,12 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     own = layout.host_totals is None or layout.per_call_tables  # the kernel reads layout.tables
     which = (layout.num_groups, layout.m_rows) if own else id(layout)
     # the columnwise layout switches too: a record holds the kernel they chose
-    layout_flags = (COLUMNWISE_TOKENS, COLUMNWISE_ROW_TILES_FIRST)
+    layout_flags = (
+        COLUMNWISE_TOKENS,
+        COLUMNWISE_RING,
+        COLUMNWISE_SCALE_WORDS,
+        COLUMNWISE_ROW_TILES_FIRST,
+    )
     key = (id(outputs.spans), which, flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip
     hit = _RECORDS.get(key)

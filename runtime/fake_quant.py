@@ -27,6 +27,9 @@ from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 TILE_COLS = 128
+# True: the columnwise kernel as it was before issue 20 (FakeQuantColsSpec.legacy), for A/B
+# timing and bit comparison in one process (perf/probes/fake_quant_ab.py); read at every call
+COLS_LEGACY = False
 
 
 def _check_fake_quantize(
@@ -147,7 +150,7 @@ def nvfp4_fake_quantize_columnwise_impl(
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
-    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype])
+    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY)
     stream = _launch.raw_stream(dev)
     layout, amax_col = _amax_and_layout(x, splits, amax, num_groups, rht, sign_mask, arch, stream)
     if amax is None:
@@ -181,8 +184,10 @@ def _rows_spec(arch: str, stochastic: bool, out_dtype: str) -> FakeQuantRowsSpec
 
 
 @functools.cache
-def _cols_spec(arch: str, stochastic: bool, out_dtype: str) -> FakeQuantColsSpec:
-    return FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype)
+def _cols_spec(
+    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False
+) -> FakeQuantColsSpec:
+    return FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy)
 
 
 # ------------------------------------------------------------------------------ STE Linear
@@ -294,7 +299,8 @@ def nvfp4_fake_quantize(
             x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
             rng_state, amax, out_dtype,
         )  # fmt: skip
-    flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma())
+    flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
+             COLS_LEGACY)  # fmt: skip
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

@@ -187,8 +187,9 @@ class GroupLayout:
     tables: torch.Tensor
     host_splits: tuple[int, ...] | None
     # device splits only: this call's int32 [G + 2] (row starts, then the status: 0 valid,
-    # 1 bad), written by the table kernel at the head of the call's buffer
-    snapshot: torch.Tensor | None = None
+    # 1 bad), written by the table kernel at the head of the call's buffer (``snapshot``: made
+    # on first use from ``snapshot_at``, a view costs 1-2 us of host time)
+    snapshot_view: torch.Tensor | None = None
     # host splits only: the tables' last column (rows, row tiles, NVFP4 row-scale rows, NVFP4
     # column-scale columns), so callers size buffers without a Python loop over the groups
     host_totals: tuple[int, int, int, int] | None = None
@@ -203,6 +204,17 @@ class GroupLayout:
     # call's own, copied on the stream right before its kernels (not cached, no tile records,
     # never read before the kernels' wait for the work ahead of them)
     per_call_tables: bool = False
+    # device splits: byte offset of the snapshot in ``tables`` (-1: ``snapshot_view`` or none)
+    snapshot_at: int = -1
+
+    @property
+    def snapshot(self) -> torch.Tensor | None:
+        """Device splits: the int32 [G + 2] snapshot (row starts, status); else None."""
+        if self.snapshot_view is None and self.snapshot_at >= 0:
+            raw = self.tables.view(torch.uint8)
+            start = self.snapshot_at
+            self.snapshot_view = raw[start : start + 4 * (self.num_groups + 2)].view(torch.int32)
+        return self.snapshot_view
 
     def tables_addr(self) -> int:
         """Device address of the lookup tables the kernels read: the tables followed by the
@@ -416,16 +428,19 @@ def prepare_groups(
     splits,
     m_rows: int,
     device: torch.device,
-    poison: torch.Tensor | None = None,
+    poison=None,
     tile_records: bool = False,
     validated: bool = False,
+    into=None,
 ) -> GroupLayout:
     """Validate ``splits`` against ``m_rows`` and return the device lookup tables.
 
     ``validated``: ``splits`` is the tuple ``check_splits`` returned for ``m_rows`` (its
     checks are not repeated: a call pays the per-group hashing and type checks once).
 
-    ``poison`` (fp32, device): outputs set to NaN if device-side validation fails.
+    ``poison`` (fp32, device; a tensor or (address, count)): outputs set to NaN if device-side
+    validation fails. ``into``: device splits only, (tensor, byte offset) where the call's
+    tables go (``_device_groups``).
     ``tile_records``: with host splits, also ``layout.tile_tables`` (the tables followed by
     ``host_tile_records``), built once per cached split list and cached with the tables (a
     first call's own tables have none: ``row_tiles`` is -1 and the kernels search the tables).
@@ -435,7 +450,7 @@ def prepare_groups(
     repeated list costs one dictionary lookup.
     """
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
-        return _device_groups(splits, m_rows, device, poison)
+        return _device_groups(splits, m_rows, device, poison, into)
     entry = None
     cacheable = validated or (
         isinstance(splits, (list, tuple)) and _checks.plain_int_splits(splits)
@@ -547,7 +562,7 @@ def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor
 
 
 def _device_groups(
-    splits: torch.Tensor, m_rows: int, device: torch.device, poison: torch.Tensor | None
+    splits: torch.Tensor, m_rows: int, device: torch.device, poison, into=None
 ) -> GroupLayout:
     check_splits(splits, m_rows)
     if splits.device != device:
@@ -558,10 +573,18 @@ def _device_groups(
     num_groups = splits.numel()
     stream = _launch.raw_stream(device)
     # one buffer per call: the snapshot (row starts, status), then the [4, G + 1] tables on a
-    # 16-byte boundary; the call's result keeps it, so no later call can overwrite its tables
-    tables_at = _device_tables_at(num_groups)
-    buf = torch.empty(tables_at + 4 * (num_groups + 1), dtype=torch.int32, device=device)
-    replay.scratch(buf)  # a replay makes a fresh one (and runs the table kernel again)
+    # 16-byte boundary; the call's result keeps it, so no later call can overwrite its tables.
+    # ``into``: (the call's outputs allocation, byte offset) to write it in (its "tables" part,
+    # ``device_tables_words``), else a buffer of its own
+    if into is None:
+        buf, at = torch.empty(device_tables_words(num_groups), dtype=torch.int32, device=device), 0
+        replay.scratch(buf)  # a replay makes a fresh one (and runs the table kernel again)
+    else:
+        buf, at = into
+    if poison is None:
+        poison = (buf.data_ptr() + at, 0)
+    elif isinstance(poison, torch.Tensor):
+        poison = (_launch.ptr(poison, 4), poison.numel())
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )
@@ -570,13 +593,12 @@ def _device_groups(
         _launch.ptr(splits, splits.element_size()),
         num_groups,
         m_rows,
-        buf.data_ptr() + 4 * tables_at,
-        buf.data_ptr(),
-        _launch.ptr(poison, 4) if poison is not None else buf.data_ptr(),
-        poison.numel() if poison is not None else 0,
+        buf.data_ptr() + at + 4 * _device_tables_at(num_groups),
+        buf.data_ptr() + at,
+        *poison,
         stream=stream,
     )
-    layout = device_layout(buf, num_groups, m_rows)
+    layout = device_layout(buf, num_groups, m_rows, at)
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
         replay.taint()  # a replay would not check
         layout.check()
@@ -589,12 +611,16 @@ def _device_tables_at(num_groups: int) -> int:
     return -(-(num_groups + 2) // 4) * 4
 
 
-def device_layout(buf: torch.Tensor, num_groups: int, m_rows: int) -> GroupLayout:
-    """The layout of a device-split call whose table kernel writes ``buf`` (``_device_groups``;
-    a replay's fresh buffer)."""
-    tables_at = _device_tables_at(num_groups)
-    snapshot = buf[: num_groups + 2]
-    return GroupLayout(num_groups, m_rows, buf, None, snapshot, tables_offset=4 * tables_at)
+def device_tables_words(num_groups: int) -> int:
+    """int32 words of a device-split call's snapshot and tables (``_device_groups``)."""
+    return _device_tables_at(num_groups) + 4 * (num_groups + 1)
+
+
+def device_layout(buf: torch.Tensor, num_groups: int, m_rows: int, at: int = 0) -> GroupLayout:
+    """The layout of a device-split call whose table kernel writes ``buf`` from byte ``at`` on
+    (``_device_groups``; a replay's fresh buffer or outputs allocation)."""
+    tables_offset = at + 4 * _device_tables_at(num_groups)
+    return GroupLayout(num_groups, m_rows, buf, None, tables_offset=tables_offset, snapshot_at=at)
 
 
 _OFFSET_CACHE: collections.OrderedDict = collections.OrderedDict()
@@ -722,6 +748,14 @@ class PackedOutputs:
             view = self.buf[off : off + n].view(dtype).view(shape)
             self._views[name] = view
         return view
+
+
+def carves_device_tables(output_kind, m_rows: int, splits) -> bool:
+    """Whether a device-split call's snapshot and tables (and its computed amax) are parts
+    ("tables", "amax") of its outputs allocation: eager calls (``PackedOutputs``) with rows.
+    Two allocations and a view less per call (~6 us of host time); the table kernel still
+    poisons the amax part on bad splits."""
+    return output_kind is PackedOutputs and m_rows > 0 and isinstance(splits, torch.Tensor)
 
 
 def carves_amax(output_kind, m_rows: int, splits) -> bool:

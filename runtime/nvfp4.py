@@ -186,7 +186,7 @@ def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
     return amax.contiguous()
 
 
-_PARTS: dict = {}  # (M, N, G, rowwise, columnwise, host totals) -> output_parts(...)
+_PARTS: dict = {}  # (M, N, G, rowwise, columnwise, host totals, ...) -> _parts(...)
 
 
 def output_parts(
@@ -264,14 +264,13 @@ def nvfp4_group_quantize(
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
         dev = x.device
-        if amax is None and "amax" not in spans:  # device splits: the amax is its own tensor
-            amax = _launch.output_allocator((2, layout.num_groups), torch.float32, dev)
-        # else a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
+        # a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
         outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = replay.device_splits(splits)
-        fresh = record.launch((x, amax, outputs.buf, rng_state, device_splits))
-        if fresh:  # device splits: this call's tables, in the replay's fresh buffer
-            layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
+        record.launch((x, amax, outputs.buf, rng_state, device_splits))
+        tables = spans.get("tables")
+        if tables is not None:  # device splits: this call's tables, in its outputs buffer
+            layout = groups.device_layout(outputs.buf, layout.num_groups, layout.m_rows, tables[0])
         return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                            swizzled_scales, fast_math)  # fmt: skip
     m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
@@ -372,6 +371,24 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
     return hit
 
 
+def _parts(m_rows, n_cols, num_groups, rowwise, columnwise, totals, packed, tables) -> dict:
+    """``output_parts`` of a call (cached), with the computed amax (``packed``) and a
+    device-split call's snapshot and tables (``tables``) as parts of the one allocation."""
+    key = (m_rows, n_cols, num_groups, rowwise, columnwise, totals, packed, tables)
+    parts = _PARTS.get(key)
+    if parts is None:
+        extents = totals[2:] if totals is not None else None
+        parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents)
+        if packed:
+            parts["amax"] = ((2, num_groups), torch.float32)
+        if tables:
+            parts["tables"] = ((groups.device_tables_words(num_groups),), torch.int32)
+        if len(_PARTS) > 1024:
+            _PARTS.clear()
+        _PARTS[key] = parts
+    return parts
+
+
 def run_quantize(
     x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
     swizzled_scales, fast_math, amax, stochastic_rounding, rng_state, amax_estimation_scale,
@@ -385,23 +402,24 @@ def run_quantize(
     if stochastic_rounding and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
     computed = amax is None
-    packed = computed and groups.carves_amax(output_kind, m_rows, splits)
+    carve = groups.carves_device_tables(output_kind, m_rows, splits)
+    packed = computed and (carve or groups.carves_amax(output_kind, m_rows, splits))
     if computed and not packed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-    layout = groups.prepare_groups(
-        splits, m_rows, dev, poison=amax if computed else None, validated=True
-    )
-    key = (m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals, packed)
-    parts = _PARTS.get(key)
-    if parts is None:
-        extents = layout.host_totals[2:] if layout.host_totals is not None else None
-        parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents)
-        if packed:
-            parts["amax"] = ((2, num_groups), torch.float32)
-        if len(_PARTS) > 1024:
-            _PARTS.clear()
-        _PARTS[key] = parts
-    outputs = output_kind.allocate(parts, dev)
+    if carve:  # device splits: the outputs' sizes are upper bounds, known before the tables
+        outputs = output_kind.allocate(_parts(m_rows, n_cols, num_groups, rowwise, columnwise,
+                                              None, packed, carve), dev)  # fmt: skip
+        poison = (outputs.addr("amax", 0), 2 * num_groups) if packed else None
+        into = (outputs.buf, outputs.spans["tables"][0])
+        layout = groups.prepare_groups(splits, m_rows, dev, poison, validated=True, into=into)
+    else:
+        layout = groups.prepare_groups(
+            splits, m_rows, dev, poison=amax if computed else None, validated=True
+        )
+        parts = _parts(
+            m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals, packed, False
+        )
+        outputs = output_kind.allocate(parts, dev)
     amax_addr = outputs.addr("amax", 0) if packed else _launch.ptr(amax, 4)
     stream = _launch.raw_stream(dev)
     col_rht = rht and columnwise

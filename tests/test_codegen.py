@@ -1,6 +1,7 @@
 """CPU: specs, rendering and cache keys."""
 
 import dataclasses
+import itertools
 import shutil
 import subprocess
 
@@ -341,3 +342,45 @@ def test_dequantize_col_tokens_key():
     ):
         with pytest.raises(ValueError, match="col_tokens"):
             dataclasses.replace(base, **bad)
+
+
+def test_dequantize_col_ring_key():
+    """``col_ring`` 0 (the default) stays out of the key; 8 / 10 are other kernels, of
+    256-token columnwise tiles only."""
+    base = S.DequantizeSpec(columnwise=True, col_tokens=256)
+    assert "col_ring" not in base.key()
+    keys = {base.key()}
+    for ring in S.DEQUANT_COL_RINGS[1:]:
+        other = dataclasses.replace(base, col_ring=ring)
+        assert module_name(other) != module_name(base)
+        keys.add(other.key())
+    assert len(keys) == len(S.DEQUANT_COL_RINGS)
+    for bad in ({"col_ring": 2}, {"col_ring": 8, "col_tokens": 128}):
+        with pytest.raises(ValueError, match="col_ring"):
+            dataclasses.replace(base, **bad)
+
+
+def test_dequantize_runtime_specs_are_precompiled():
+    """Every spec the runtime's dequantize builds with its default flags (the per-kind tile
+    length: the inverse RHT 128 tokens, the others 256) is one precompile builds."""
+    from cutequant import dequant
+
+    assert dequant.COLUMNWISE_TOKENS is None and dequant.COLUMNWISE_RING == 0
+    pre = set(cli.all_specs("sm_90a"))
+    seen = set()
+    for out_dtype in S.OUT_DTYPES:
+        for fmt in S.DEQUANT_FORMATS:
+            flags = itertools.product(*[(False, True)] * 4)
+            for columnwise, undo_rht, swizzled, transposed in flags:
+                try:
+                    spec = dequant._spec(
+                        "sm_90a", fmt, columnwise, undo_rht, swizzled, out_dtype, transposed
+                    )
+                except ValueError:
+                    continue  # no such kernel (e.g. FP8 with swizzled scales)
+                if transposed and (swizzled or out_dtype == "f32" or fmt != "nvfp4"):
+                    continue  # the runtime has none (NVFP4, compact scales, 16-bit outputs)
+                assert spec in pre, spec.describe()
+                seen.add(spec)
+    tokens = {(s.undo_rht, s.col_tokens) for s in seen if s.columnwise and not s.transposed_out}
+    assert tokens == {(False, 256), (True, 128)}

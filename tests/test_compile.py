@@ -56,17 +56,22 @@ def test_compiles_for_arch(spec, tmp_path, launch_smem):
 
 
 LONG_TILES = [
-    dataclasses.replace(s, col_tokens=tokens)
+    dataclasses.replace(s, col_tokens=tokens, col_ring=ring, col_scale_words=words)
     for s in ALL
     if s.family == "dequantize" and s.columnwise and not s.transposed_out
-    for tokens in S.DEQUANT_COL_TOKENS[1:]
+    for tokens, ring, words in [(t, 0, False) for t in S.DEQUANT_COL_TOKENS[1:]]
+    + [(256, r, False) for r in S.DEQUANT_COL_RINGS[1:]]
+    + [(256, r, True) for r in S.DEQUANT_COL_RINGS if s.fmt == "nvfp4" and not s.swizzled]
+    # precompiled ones are in ALL
+    if dataclasses.replace(s, col_tokens=tokens, col_ring=ring, col_scale_words=words) != s
 ]
 
 
 @pytest.mark.parametrize("spec", LONG_TILES, ids=lambda s: s.describe())
 def test_longer_columnwise_dequantize_tiles_compile(spec, tmp_path, launch_smem):
-    """The columnwise dequantize's 128- / 256-token tiles (``DequantizeSpec.col_tokens``, the
-    A/B variants: not in ``all_specs``) compile, within the shared memory of a CTA."""
+    """The columnwise dequantize's 128- / 256-token tiles (``DequantizeSpec.col_tokens``), the
+    256-token sub-tile ring (``col_ring``) and scale words (``col_scale_words``), the A/B
+    variants not in ``all_specs``, compile within the shared memory of a CTA."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
     assert len(launch_smem) == 1 and int(launch_smem[0]) <= 64 * 1024 + 1024
 

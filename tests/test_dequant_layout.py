@@ -94,9 +94,10 @@ def _product(*ns):
     return [(a, b, c) for a in range(ns[0]) for b in range(ns[1]) for c in range(ns[2])]
 
 
-def _stage_stores(m, elem: int) -> dict:
-    """Byte offset -> (token, column) of every staging store of one tile, checking bank
-    conflicts and that no byte is written twice."""
+def _stage_stores(m, elem: int, subtiles) -> dict:
+    """Byte offset -> (token of the tile, column) of every staging store of the sub-tiles
+    ``subtiles`` of one tile (one staging round: all of them, or one with the sub-tile ring),
+    checking bank conflicts and that no byte is written twice."""
     owner = {}
 
     def put(addr, token, col):
@@ -105,8 +106,11 @@ def _stage_stores(m, elem: int) -> dict:
             owner[addr + b] = (token, col)
 
     for warp, k, b in _product(m.THREADS // 32, m.GROUPS_PER_WARP, m.SUBTILES):
+        if b not in subtiles:
+            continue
         kg = m.GROUPS_PER_WARP * warp + k  # 8-column group of the tile
-        base = m.SUB_ROWS * b  # the sub-tile's first token
+        base = m.stage_base(b)  # the sub-tile's first shared row
+        shift = m.SUB_ROWS * b - base  # shared row -> token of the tile
         if elem == 4:  # STS.32 of lane 4c + q, token 16q + i
             for i in range(16):
                 addrs = []
@@ -115,7 +119,7 @@ def _stage_stores(m, elem: int) -> dict:
                     token, col = base + 16 * q + i, 8 * kg + c
                     chunk = m.stage_chunk(token, col >> 2)
                     addrs.append(token * m.ROW_BYTES + 16 * chunk + 4 * (col & 3))
-                    put(addrs[-1], token, col)
+                    put(addrs[-1], token + shift, col)
                 assert _bank_ways(addrs, 4) == 1
             continue
         for s in range(2):  # stmatrix.x4.trans
@@ -131,37 +135,65 @@ def _stage_stores(m, elem: int) -> dict:
                         c, q = lane // 4, lane % 4
                         token = base + 16 * q + 8 * s + 2 * i + j % 2
                         assert token == tokens[8 * i + j]
-                        put(addr + 2 * r, token, 8 * kg + c)
+                        put(addr + 2 * r, token + shift, 8 * kg + c)
     return owner
 
 
-@pytest.mark.parametrize("tokens", specs.DEQUANT_COL_TOKENS)
+# (col_tokens, col_ring): every tile length with the whole tile staged, 256 with the ring
+LAYOUTS = [(t, 0) for t in specs.DEQUANT_COL_TOKENS] + [
+    (256, r) for r in specs.DEQUANT_COL_RINGS[1:]
+]
+
+
+@pytest.mark.parametrize(("tokens", "ring"), LAYOUTS)
 @pytest.mark.parametrize("out_dtype", ["bf16", "f16", "f32"])
-def test_columnwise_staging_tile(out_dtype, tokens):
-    spec = specs.DequantizeSpec(columnwise=True, out_dtype=out_dtype, col_tokens=tokens)
+def test_columnwise_staging_tile(out_dtype, tokens, ring):
+    """Per staging round (the whole tile, or one sub-tile with the ring: sub-tile b in the
+    ring's slot b % 2, after the barrier that followed every read of sub-tile b - 2), the
+    stores fill the round's shared rows once, and the store-out reads back each output row's
+    16-byte pieces, conflict-free."""
+    spec = specs.DequantizeSpec(
+        columnwise=True, out_dtype=out_dtype, col_tokens=tokens, col_ring=ring
+    )
     m = jit.load_module(spec)
     assert m.TILE_ROWS == tokens and m.TILE_COLS * m.OUT_BYTES >= 128
     elem = m.OUT_BYTES
-    owner = _stage_stores(m, elem)
-    assert len(owner) == m.TILE_ROWS * m.TILE_COLS * elem
-    assert min(owner) == 0 and max(owner) == m.TILE_ROWS * m.ROW_BYTES - 1
-    # store-out: thread tidx reads chunk tidx % CHUNKS of row tidx / CHUNKS + rows per pass * p
+    rounds = [[b] for b in range(m.SUBTILES)] if ring else [list(range(m.SUBTILES))]
+    assert m.STAGE_ROWS == (2 * m.SUB_ROWS if ring else m.TILE_ROWS)
     per_chunk = 16 // elem
+    pass_rows = m.THREADS // m.CHUNKS
     seen = set()
-    for warp in range(m.THREADS // 32):
-        for p in range(m.TILE_ROWS * m.CHUNKS // m.THREADS):
-            addrs = []
-            for lane in range(32):
-                tidx = 32 * warp + lane
-                ch = tidx & (m.CHUNKS - 1)
-                r = (tidx >> (m.CHUNKS.bit_length() - 1)) + m.THREADS // m.CHUNKS * p
-                addr = r * m.ROW_BYTES + 16 * m.stage_chunk(r, ch)
-                addrs.append(addr)
-                for e in range(per_chunk):
-                    assert owner[addr + elem * e] == (r, per_chunk * ch + e)
-                seen.add((r, ch))
-            assert _bank_ways(addrs, 16) == 1
+    slots = []
+    for subs in rounds:
+        owner = _stage_stores(m, elem, subs)
+        lo = m.stage_base(subs[0]) * m.ROW_BYTES
+        slots.append(lo)
+        assert len(owner) == len(subs) * m.SUB_ROWS * m.TILE_COLS * elem
+        assert min(owner) == lo and max(owner) == lo + len(subs) * m.SUB_ROWS * m.ROW_BYTES - 1
+        assert max(owner) < m.STAGE_ROWS * m.ROW_BYTES
+        # store-out: thread tidx reads chunk tidx % CHUNKS of row tidx / CHUNKS + pass_rows * p
+        for b in subs:
+            for warp in range(m.THREADS // 32):
+                for p in range(m.SUB_ROWS // pass_rows):
+                    addrs = []
+                    for lane in range(32):
+                        tidx = 32 * warp + lane
+                        ch = tidx & (m.CHUNKS - 1)
+                        r = (tidx >> (m.CHUNKS.bit_length() - 1)) + pass_rows * p  # in sub-tile b
+                        if ring:  # the template's ring formula: slot + r, chunk of r
+                            addr = (m.stage_base(b) + r) * m.ROW_BYTES + 16 * m.stage_chunk(r, ch)
+                        else:  # the whole tile's: row R of the tile
+                            row = m.SUB_ROWS * b + r
+                            addr = row * m.ROW_BYTES + 16 * m.stage_chunk(row, ch)
+                        addrs.append(addr)
+                        token = m.SUB_ROWS * b + r
+                        for e in range(per_chunk):
+                            assert owner[addr + elem * e] == (token, per_chunk * ch + e)
+                        seen.add((token, ch))
+                    assert _bank_ways(addrs, 16) == 1
     assert len(seen) == m.TILE_ROWS * m.CHUNKS
+    # consecutive rounds use different slots (the round after next may reuse one)
+    assert all(a != b for a, b in zip(slots, slots[1:], strict=False))
 
 
 def _warp_search(starts: list, row_tile: int, ordered: bool = True):
@@ -252,20 +284,48 @@ def _sectors_whole(addrs: list, size: int, partial_ok: bool) -> bool:
     return partial_ok or all(n == 32 for n in cover.values())
 
 
-@pytest.mark.parametrize("tokens", specs.DEQUANT_COL_TOKENS)
+def _quad_transpose(words: list) -> list:
+    """``dq.quad_transpose_bytes`` over one quad (lane q's word at index q), on Python ints."""
+    x = [prmt(words[q], words[q ^ 1], dq.QUAD_SEL1[q & 1]) for q in range(4)]  # SHFL.BFLY 1 + PRMT
+    return [prmt(x[q], x[q ^ 2], dq.QUAD_SEL2[(q >> 1) & 1]) for q in range(4)]
+
+
+def test_quad_transpose_bytes():
+    rng = random.Random(7)
+    for _ in range(200):
+        words = [rng.getrandbits(32) for _ in range(4)]
+        got = _quad_transpose(words)
+        for q in range(4):
+            for b in range(4):
+                assert (got[q] >> (8 * b)) & 0xFF == (words[b] >> (8 * q)) & 0xFF
+
+
+@pytest.mark.parametrize(
+    ("tokens", "ring", "words"),
+    [(t, r, False) for t, r in LAYOUTS] + [(256, 0, True), (256, 8, True)],
+)
 @pytest.mark.parametrize(
     ("fmt", "out_dtype"), [("nvfp4", "bf16"), ("nvfp4", "f32"), ("e4m3", "f16"), ("e4m3", "f32")]
 )
-def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
+def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
     """Every lane's loads and every thread's stores of a columnwise dequantize (transposed
     back), emulated CTA by CTA from the template's address formulas over uneven groups (every
     M_g a multiple of 16, not of the tile's tokens; empty groups; N = 272: a partial column
     tile): each data and scale byte read once, each output value written once, whole 32-byte
     sectors per warp instruction except at a partial tile's end, and per tile and column row
     the sub-tiles of one group read one contiguous run."""
-    spec = specs.DequantizeSpec(fmt=fmt, columnwise=True, out_dtype=out_dtype, col_tokens=tokens)
-    m = jit.load_module(spec)
     nvfp4 = fmt == "nvfp4"
+    if words and not nvfp4:
+        pytest.skip("scale words: NVFP4 only")
+    spec = specs.DequantizeSpec(
+        fmt=fmt,
+        columnwise=True,
+        out_dtype=out_dtype,
+        col_tokens=tokens,
+        col_ring=ring,
+        col_scale_words=words,
+    )
+    m = jit.load_module(spec)
     splits = [16, 48, 0, 64, 80, 144, 0, 256, 32, 208, 112, 16]
     n = 272
     rows_total = sum(splits)
@@ -282,6 +342,19 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
             where = _find_tiles(splits, m.SUBTILES * cta, m.SUBTILES)
             left = [rows - sub * tl for _, _, rows, tl in where]
             runs = collections.defaultdict(list)  # (group, column) -> bytes read by the tile
+            # scale words: the tile's sub-tiles in one group; lane 4c + q's word (sub-tile q)
+            one_group = words and len({w[0] for w in where}) == 1
+            word_at = {}  # (warp, k, lane) -> the byte address of its scale word
+            if one_group:
+                g, _, rows, tl0 = where[0]
+                for warp, k, lane in _product(m.THREADS // 32, m.GROUPS_PER_WARP, 32):
+                    c, q = lane >> 2, lane & 3
+                    col = col_tile * m.TILE_COLS + 8 * m.GROUPS_PER_WARP * warp + 8 * k + c
+                    if col < n and left[0] > sub * q:
+                        assert 4 * (tl0 + q) + 4 <= cg[g]  # inside the group's padded row
+                        word_at[warp, k, lane] = (
+                            (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + 4 * (tl0 + q)
+                        )
             for warp, k, b in _product(m.THREADS // 32, m.GROUPS_PER_WARP, m.SUBTILES):
                 g, row0, rows, tl = where[b]
                 addrs = []
@@ -293,9 +366,10 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
                     tok = tl * sub + 16 * q
                     if nvfp4:
                         a = row0 * (n // 2) + col * (rows // 2) + tok // 2
-                        scale_reads[
-                            (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + tok // 16
-                        ] += 1
+                        want = (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + tok // 16
+                        if one_group:  # byte q of lane 4c + b's word, after the transpose
+                            assert word_at[warp, k, (lane & ~3) | b] + q == want
+                        scale_reads[want] += 1
                     else:
                         a = row0 * n + col * rows + tok
                     addrs.append(a)
@@ -310,7 +384,8 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
             if min(left) >= sub and len({w[0] for w in where}) == 1:
                 # a whole tile in one group: 4 lanes x SUBTILES pieces of each column row, one run
                 assert all(len(p) == 4 * m.SUBTILES for p in runs.values())
-            # store-out: thread tidx, chunk ch of rows r0 + pass_rows * p
+            # store-out: thread tidx, chunk ch of rows r0 + pass_rows * p of sub-tile b (the
+            # whole tile's pass p is the ring's pass p of sub-tile b = pass_rows * p // sub)
             pass_rows = m.THREADS // m.CHUNKS
             per_chunk = 16 // m.OUT_BYTES
             for warp in range(m.THREADS // 32):
@@ -322,6 +397,8 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens):
                         tidx = 32 * warp + lane
                         ch = tidx & (m.CHUNKS - 1)
                         r = (tidx >> (m.CHUNKS.bit_length() - 1)) + pass_rows * p
+                        if ring:  # dst[b] + pass_step * p of the ring's pass p within sub-tile b
+                            assert r - sub * b == (r & (sub - 1))
                         col = col_tile * m.TILE_COLS + ch * per_chunk
                         if not (r - sub * b < left[b] and col < n):
                             continue

@@ -23,6 +23,25 @@ def store_slot(t, c):
     return t * ROW_BYTES + ((c ^ fq.chunk_key(t)) << 4)
 
 
+def copy_slot(tidx, k, threads=256):
+    """``copy_tile``'s (token, chunk, shared address) of copy k of thread ``tidx``: two base
+    addresses (chunk_key(t0) ^ chunk_key(8 k)) and an immediate row offset."""
+    pass_rows = threads // CHUNKS
+    t0, c = tidx // CHUNKS, tidx % CHUNKS
+    slot = (c ^ fq.chunk_key(t0) ^ fq.chunk_key(pass_rows * k)) << 4
+    return t0 + pass_rows * k, c, t0 * ROW_BYTES + slot + pass_rows * k * ROW_BYTES
+
+
+def test_copy_tile_matches_the_legacy_load_tile():
+    """The cp.async copies put every chunk where ``load_tile`` (legacy) stored it."""
+    loads = 64 * CHUNKS // 256
+    for tidx in range(256):
+        for k in range(loads):
+            idx = tidx + 256 * k
+            t, c = idx // CHUNKS, idx % CHUNKS
+            assert copy_slot(tidx, k) == (t, c, store_slot(t, c))
+
+
 def ldmatrix_address(lane, warp, s, blk):
     """The template's ldmatrix row address for ``lane`` (slice s, block blk)."""
     mi, mr = lane >> 3, lane & 7

@@ -1,6 +1,8 @@
 """GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
 (bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
-columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile); tests
+columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile; 256 also
+with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8 / 10, and the NVFP4 scale words,
+``dequant.COLUMNWISE_SCALE_WORDS``); tests
 parametrized rowwise only run once."""
 
 import pytest
@@ -12,16 +14,34 @@ from cutequant import dequant, recipe_reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 
-@pytest.fixture(params=[64, 128, 256], ids=["tok64", "tok128", "tok256"])
+@pytest.fixture(
+    params=[64, 128, 256, (256, 8, False), (256, 10, False), (256, 0, True), (256, 8, True)],
+    ids=[
+        "tok64",
+        "tok128",
+        "tok256",
+        "tok256ring8",
+        "tok256ring10",
+        "tok256words",
+        "tok256ring8words",
+    ],
+)
 def col_tokens(request, monkeypatch):
-    """The columnwise kernels' tile length (a compile variant, read when the spec is built)."""
+    """The columnwise kernels' tile length, and for 256 tokens the staging (the sub-tile ring,
+    ``dequant.COLUMNWISE_RING``) and the NVFP4 scale words (``COLUMNWISE_SCALE_WORDS``; FP8
+    and swizzled scales ignore it): compile variants, read when the spec is built."""
     callspec = getattr(request.node, "callspec", None)
     params = callspec.params if callspec is not None else {}
     rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
     if request.param != 64 and rowwise:
         pytest.skip("rowwise: one tile layout")
-    monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", request.param)
-    return request.param
+    tokens, ring, words = (
+        request.param if isinstance(request.param, tuple) else (request.param, 0, 0)
+    )
+    monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", tokens)
+    monkeypatch.setattr(dequant, "COLUMNWISE_RING", ring)
+    monkeypatch.setattr(dequant, "COLUMNWISE_SCALE_WORDS", bool(words))
+    return tokens
 
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("col_tokens")]

@@ -80,10 +80,17 @@ def test_rows_extremes():
     assert_same_bits(y, want, "extremes")
 
 
+@pytest.fixture(params=[False, True], ids=["cols-new", "cols-legacy"])
+def cols_legacy(request, monkeypatch):
+    """Both columnwise kernels (issue 20's and the one before, FakeQuantColsSpec.legacy)."""
+    monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise(rht, stochastic, device, rng):
+def test_columnwise(rht, stochastic, device, rng, cols_legacy):
     splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=160)
     x = grouped_input(splits, 256, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -131,7 +138,9 @@ def _two_kernel_columnwise(x, splits, amax_col, rht, sign_mask, rng_state, out_d
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise_fused_equals_quantize_then_dequantize(rht, stochastic, out_dtype, rng):
+def test_columnwise_fused_equals_quantize_then_dequantize(
+    rht, stochastic, out_dtype, rng, cols_legacy
+):
     """The fused kernel against the two kernels it replaced, and against the reference: N = 400
     (a partial 256-column tile, a 16-column piece), groups of 16..1000 rows (partial 64-row
     tiles), zero-token groups; sign mask 0xD7E8 and, with the RHT, 0 (all-positive column 0)."""
@@ -154,7 +163,7 @@ def test_columnwise_fused_equals_quantize_then_dequantize(rht, stochastic, out_d
 
 
 @pytest.mark.parametrize("case", ["one-group", "300-groups", "given-amax", "device-300"])
-def test_columnwise_groups_and_given_amax(case, rng):
+def test_columnwise_groups_and_given_amax(case, rng, cols_legacy):
     if case == "one-group":
         splits = [2048]
     else:
@@ -176,7 +185,7 @@ def test_columnwise_groups_and_given_amax(case, rng):
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise_extremes(rht, stochastic, rng):
+def test_columnwise_extremes(rht, stochastic, rng, cols_legacy):
     """All-zero groups, +-bf16 max (saturated scales), NaN / inf entries (the NaN and inf
     groups' amax is NaN / inf), blocks whose scale rounds to 0 beside an outlier, and a given
     amax below the data's (values saturate at 6)."""

@@ -5,6 +5,15 @@ graph replay), checking first that every side gives the same bits on every op an
   variant): 64-token x 128-column tiles vs 128 / 256 tokens x 64 columns, which read 64 / 128
   contiguous bytes of each NVFP4 column row per tile (FP8: 128 / 256) instead of 32 (64);
   ``--values 64,256`` picks sides. About 2 minutes on an H200, compiles included;
+* ``--ab ring``: the 256-token tiles' staging (``dequant.COLUMNWISE_RING``, a compile variant;
+  the tile length is pinned to 256 for every op): the whole 32 KB tile vs a ring of two 64-token
+  sub-tile buffers (16 KB) with registers bounded for 8 / 10 CTAs per SM;
+* ``--ab scales``: the 256-token NVFP4 tiles' scale loads (``dequant.COLUMNWISE_SCALE_WORDS``,
+  a compile variant; compact scales only, FP8 sides are the same kernel; the tile length pinned
+  to 256 as for ``ring``): one LDG.U8 per 16 tokens vs one word per lane and column group plus
+  a byte transpose over the quad;
+* ``--with NAME=VALUE`` (repeatable) sets another module flag of ``cutequant.dequant`` for
+  both sides, e.g. ``--ab scales --with COLUMNWISE_RING=8``;
 * ``--ab walk``: the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel argument: no
   recompile), column tiles fastest vs a column strip's row tiles first.
 
@@ -34,7 +43,16 @@ COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
 # (module attribute, its values, how to parse --values)
 ABS = {
     "tokens": ("COLUMNWISE_TOKENS", (64, 128, 256), int),
+    "ring": ("COLUMNWISE_RING", (0, 8, 10), int),
+    "scales": ("COLUMNWISE_SCALE_WORDS", (False, True), lambda v: v == "True"),
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
+}
+# flags --with may set (name: parse)
+EXTRA = {
+    "COLUMNWISE_TOKENS": int,
+    "COLUMNWISE_RING": int,
+    "COLUMNWISE_SCALE_WORDS": lambda v: v == "True",
+    "COLUMNWISE_ROW_TILES_FIRST": lambda v: v == "True",
 }
 
 
@@ -60,11 +78,20 @@ def main(argv=None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--ops", default=COL_OPS)
     p.add_argument("--cases", default=",".join(bench.CASES))
+    p.add_argument("--with", dest="extra", action="append", default=[], help="NAME=VALUE")
     args = p.parse_args(argv)
     attr, values, parse = ABS[args.ab]
     if args.values:
         values = tuple(parse(v) for v in args.values.split(","))
     default = getattr(dequant, attr)
+    saved = {name: getattr(dequant, name) for name in ("COLUMNWISE_TOKENS", *EXTRA)}
+    if args.ab in ("ring", "scales"):  # 256-token tiles only (the inverse RHT's default is 128)
+        dequant.COLUMNWISE_TOKENS = 256
+    for item in args.extra:
+        name, value = item.split("=")
+        assert name in EXTRA, f"--with: one of {EXTRA}"
+        setattr(dequant, name, EXTRA[name](value))
+    print(f"flags: {dict((n, getattr(dequant, n)) for n in saved)}")
     copy = bench.copy_bandwidth_gbps()
     print(f"device: {torch.cuda.get_device_name()}; copy {copy:.0f} GB/s; {attr} {values}")
     built = {}
@@ -96,6 +123,8 @@ def main(argv=None) -> int:
             print(f"| {op} | {case} | " + " | ".join(cells) + " |", flush=True)
     finally:
         setattr(dequant, attr, default)
+        for name, value in saved.items():
+            setattr(dequant, name, value)
     return 0
 
 

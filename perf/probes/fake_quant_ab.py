@@ -1,0 +1,119 @@
+"""Probe (GPU): A/B of the fused NVFP4 fake-quant kernels against their pre-issue-20 versions,
+in one process (issue 20: >= 80% of the copy rate on an H200).
+
+    python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
+
+For each op with a switch (``cutequant.fake_quant.COLS_LEGACY``: the columnwise kernel,
+``FakeQuantColsSpec.legacy``), the outputs of both sides are compared bit for bit on the
+case's inputs first (RN and SR with the same rng state); then both are timed like
+perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating sides over
+``--rounds`` rounds so that clock drift hits both. Ops without a switch
+(``fake_quant_rows_sr``, ``fake_quant_weights_2d``: unchanged so far) are timed once, for the
+table. Prints us and % of the copy rate measured in the same run.
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
+import bench  # noqa: E402
+
+import cutequant  # noqa: E402
+from cutequant import fake_quant  # noqa: E402
+
+# op -> (module, flag): the flag set to True selects the legacy kernel
+SWITCHES = {
+    "fake_quant_columnwise_kernel": (fake_quant, "COLS_LEGACY"),
+    "fake_quant_columnwise_kernel_sr": (fake_quant, "COLS_LEGACY"),
+}
+OPS = (
+    "fake_quant_columnwise_kernel",
+    "fake_quant_columnwise_kernel_sr",
+    "fake_quant_rows_sr",
+    "fake_quant_weights_2d",
+)
+
+
+def columnwise_outputs(case, sr: bool):
+    """The columnwise kernel's output (given amax, RHT) on the case's first input."""
+    gen = torch.Generator().manual_seed(0)
+    _, splits, xs = bench.make_inputs(case, gen)
+    x = xs[0]
+    amax = cutequant.group_amax(x, splits)[1]
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda") if sr else None
+    y, _ = fake_quant.nvfp4_fake_quantize_columnwise_impl(
+        x, splits, amax, True, 0xD7E8, sr, rng, torch.bfloat16
+    )
+    torch.cuda.synchronize()
+    return y
+
+
+def compare_bits(op, case) -> bool:
+    mod, flag = SWITCHES[op]
+    sr = op.endswith("_sr")
+    outs = []
+    for legacy in (False, True):
+        setattr(mod, flag, legacy)
+        outs.append(columnwise_outputs(case, sr).view(torch.int16))
+    setattr(mod, flag, False)
+    same = torch.equal(outs[0], outs[1])
+    if not same:
+        diff = (outs[0] != outs[1]).sum().item()
+        print(f"  BITS DIFFER: {op} / {case}: {diff} of {outs[0].numel()} elements")
+    return same
+
+
+def time_op(op, case, legacy=None) -> float:
+    if legacy is not None:
+        mod, flag = SWITCHES[op]
+        setattr(mod, flag, legacy)
+    try:
+        fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
+        return bench.graph_time_us(fn)
+    finally:
+        if legacy is not None:
+            setattr(mod, flag, False)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--cases", default=",".join(bench.CASES))
+    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
+    cases = args.cases.split(",")
+    ops = args.ops.split(",")
+    copy = bench.copy_bandwidth_gbps()
+    print(f"copy: {copy:.0f} GB/s  ({torch.cuda.get_device_name()})")
+    ok = True
+    for op in ops:
+        if op in SWITCHES:
+            for case in cases:
+                ok &= compare_bits(op, case)
+    print("bits: new == legacy on every switched op and case" if ok else "bits: MISMATCH")
+    for op in ops:
+        for case in cases:
+            _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
+            pct = lambda us, n=nbytes: 100.0 * n / (us * 1e3) / copy  # noqa: E731
+            if op not in SWITCHES:
+                us = time_op(op, case)
+                print(f"{op:34s} {case:24s} {us:8.1f} us {pct(us):5.1f}%")
+                continue
+            new, old = [], []
+            for _ in range(args.rounds):
+                new.append(time_op(op, case, False))
+                old.append(time_op(op, case, True))
+            a, b = statistics.median(new), statistics.median(old)
+            print(
+                f"{op:34s} {case:24s} new {a:8.1f} us {pct(a):5.1f}%   "
+                f"legacy {b:8.1f} us {pct(b):5.1f}%   {100.0 * (b - a) / b:+5.1f}% time"
+            )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
