@@ -360,37 +360,6 @@ class Fp8TileCastSpec(KernelSpec):
         if self.fp8_dtype not in FP8_DTYPES:
             raise ValueError(f"fp8_dtype must be one of {FP8_DTYPES}, got {self.fp8_dtype!r}")
 
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "fused": False}
-
-
-@dataclass(frozen=True)
-class Fp8FusedCastSpec(KernelSpec):
-    """Grouped FP8 current-scaling cast with both outputs, of 16-bit inputs, in ONE launch (no
-    amax pass; issue 18: one launch less of host time per call): one CTA per amax tile and one
-    per cast tile, the work handed out by dispatch-order tickets; a cast tile waits for its
-    group's amax tiles (``kernels/group_ready.py``: no grid barrier, no cooperative launch) and
-    casts with the tile cast's device code (``kernels/fp8_tile.py``; the same template,
-    ``fp8_tile_cast.py.j2``, rendered with ``fused``). Outputs as Fp8TileCastSpec's, amax [G]."""
-
-    template: ClassVar[str] = "fp8_tile_cast.py.j2"
-    family: ClassVar[str] = "fp8_fused_cast"
-    in_dtype: str = "bf16"
-    fp8_dtype: str = "e4m3"
-    tile_cols: int = 128  # columns per tile; 2 * tile_cols threads per CTA
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "delayed": False, "fused": True}
-
-    def __post_init__(self):
-        super().__post_init__()
-        Fp8TileCastSpec(
-            arch=self.arch,
-            in_dtype=self.in_dtype,
-            fp8_dtype=self.fp8_dtype,
-            tile_cols=self.tile_cols,
-        )  # the same checks
-
 
 OUT_DTYPES = ("bf16", "f16", "f32")
 DEQUANT_FORMATS = ("nvfp4", "e4m3", "e5m2")

@@ -212,23 +212,6 @@ def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise
     return _rotating(calls), nbytes
 
 
-def bench_fp8_current_ab(case, gen, fused: bool):
-    """FP8 current scaling (bf16, both outputs) with ``fp8.FUSED_CURRENT`` set before every
-    call: the fused cast (one launch: amax tiles, then cast tiles waiting for their group's
-    amax) or the amax pass + tile cast (two launches).
-    Same inputs and bytes (x counted twice) as "fp8_current(amax+cast)"; the flag is part of
-    the replay key, so both ways can be timed in one process (``--fused-ab``)."""
-    from cutequant import fp8
-
-    fn, nbytes = bench_fp8(case, gen, "current")
-
-    def call():
-        fp8.FUSED_CURRENT = fused
-        fn()
-
-    return call, nbytes
-
-
 def bench_torch_compile_reference(case, gen):
     """torch.compile of the reference math (dense only: one group, fp32 RHT matmul)."""
     from cutequant import reference
@@ -389,8 +372,6 @@ OPS = {
     "fp8_cast_rowwise_only": lambda c, g: bench_fp8(c, g, "delayed", columnwise=False),
     "fp8_cast_columnwise_only": lambda c, g: bench_fp8(c, g, "delayed", rowwise=False),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
-    "fp8_current_two_launches": lambda c, g: bench_fp8_current_ab(c, g, False),
-    "fp8_current_fused": lambda c, g: bench_fp8_current_ab(c, g, True),
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
     "nvfp4_dequantize_row": lambda c, g: bench_nvfp4_dequantize(c, g),
     "nvfp4_dequantize_row_swizzled": lambda c, g: bench_nvfp4_dequantize(c, g, swizzled=True),
@@ -418,40 +399,28 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=",".join(CASES))
     p.add_argument("--json", default=None)
     p.add_argument("--plot", default=None, metavar="PNG", help="bar chart of %% of copy (plot.py)")
-    p.add_argument(
-        "--fused-ab",
-        action="store_true",
-        help="FP8 current scaling, two launches (amax pass + cast) vs the fused cast, every case "
-        "(or --cases) in one process, interleaved: GPU us and host us per call, then new/old",
-    )
     args = p.parse_args(argv)
-    ab = ("fp8_current_two_launches", "fp8_current_fused")
-    if args.fused_ab:
-        args.ops = ",".join(ab)
     copy = copy_bandwidth_gbps()
     dev = torch.cuda.get_device_name()
     print(f"device: {dev}; copy bandwidth (read+write): {copy:.0f} GB/s")
     results = []
-    ops, cases = args.ops.split(","), args.cases.split(",")
-    pairs = [(op, case) for op in ops for case in cases]
-    if args.fused_ab:  # both ways of a case back to back (same clocks, same L2 history)
-        pairs = [(op, case) for case in cases for op in ops]
-    for op, case in pairs:
-        # reseeded per (op, case): every op sees the same splits and data for a case
-        gen = torch.Generator().manual_seed(1234)
-        try:
-            fn, nbytes = OPS[op](case, gen)
-        except NotImplementedError:
-            continue
-        us = graph_time_us(fn)
-        host = host_time_us(fn, rounds=5 if args.fused_ab else 1)
-        gbps = nbytes / us / 1e3
-        results.append(Result(op, case, us, gbps, 100 * gbps / copy, host, nbytes))
-        print(
-            f"  {op:28s} {case:24s} {us:9.1f} us {gbps:7.0f} GB/s {100 * gbps / copy:5.1f}%"
-            f"  host {host:6.1f} us",
-            flush=True,
-        )
+    for op in args.ops.split(","):
+        for case in args.cases.split(","):
+            # reseeded per (op, case): every op sees the same splits and data for a case
+            gen = torch.Generator().manual_seed(1234)
+            try:
+                fn, nbytes = OPS[op](case, gen)
+            except NotImplementedError:
+                continue
+            us = graph_time_us(fn)
+            host = host_time_us(fn)
+            gbps = nbytes / us / 1e3
+            results.append(Result(op, case, us, gbps, 100 * gbps / copy, host, nbytes))
+            print(
+                f"  {op:28s} {case:24s} {us:9.1f} us {gbps:7.0f} GB/s {100 * gbps / copy:5.1f}%"
+                f"  host {host:6.1f} us",
+                flush=True,
+            )
     print(f"\n| op | case | us | GB/s | % of copy ({copy:.0f} GB/s) | host us |")
     print("|---|---|---|---|---|---|")
     for r in results:
@@ -459,17 +428,6 @@ def main(argv=None) -> int:
             f"| {r.op} | {r.case} | {r.us:.1f} | {r.gbps:.0f} | {r.pct_copy:.1f} "
             f"| {r.host_us:.1f} |"
         )
-    if args.fused_ab:
-        by = {(r.op, r.case): r for r in results}
-        print("\n| case | GPU us two launches | fused | new/old | host us two launches | fused |")
-        print("|---|---|---|---|---|---|")
-        for case in cases:
-            old, new = by.get((ab[0], case)), by.get((ab[1], case))
-            if old and new:
-                print(
-                    f"| {case} | {old.us:.1f} | {new.us:.1f} | {new.us / old.us:.3f} "
-                    f"| {old.host_us:.1f} | {new.host_us:.1f} |"
-                )
     if args.json:
         with open(args.json, "w") as f:
             json.dump(

@@ -88,8 +88,6 @@ def _hopper_specs() -> list[S.KernelSpec]:
             delayed=(delayed,),
             tile_cols=(S.Fp8TileCastSpec.default_tile_cols(delayed),),
         )
-    # FP8 current scaling in one launch (fp8.FUSED_CURRENT): the amax pass fused into the cast
-    out += _variants(S.Fp8FusedCastSpec, arch, in_dtype=("bf16", "f16"), fp8_dtype=S.FP8_DTYPES)
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         out += _variants(
             S.Fp8QuantizeSpec,

@@ -10,7 +10,7 @@ from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
 from cutequant.amax import _spec as _amax_spec
-from cutequant.codegen.specs import Fp8FusedCastSpec, Fp8QuantizeSpec, Fp8TileCastSpec
+from cutequant.codegen.specs import Fp8QuantizeSpec, Fp8TileCastSpec
 
 _FP8_DTYPES = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
 _IN_DTYPE_LIST = tuple(_IN_DTYPES)
@@ -83,53 +83,6 @@ def _tile_spec(arch, in_dtype, fp8_dtype, delayed) -> Fp8TileCastSpec:
     )
 
 
-# Current scaling of 16-bit inputs with both outputs runs in ONE launch (issue 18: a launch costs
-# ~4.5 us of host time on the GPU hosts): the fused cast (Fp8FusedCastSpec: one CTA per amax
-# tile and one per cast tile, handed out by dispatch-order tickets, kernels/group_ready.py)
-# instead of the amax pass and the tile cast. A module-level switch, read at every call's checked
-# path and part of the replay key, so one process can time both (perf/bench.py --fused-ab).
-FUSED_CURRENT = True
-
-
-def uses_fused_cast(in_dtype: str, delayed: bool, rowwise: bool, columnwise: bool) -> bool:
-    """Whether this call runs the fused current-scaling cast (see FUSED_CURRENT)."""
-    return FUSED_CURRENT and not delayed and uses_tile_cast(in_dtype, rowwise, columnwise)
-
-
-# columns per tile of the fused cast (None: the tile cast's current-scaling width, 128, the one
-# precompiled); a probe may set 256 (half the CTAs, tickets and amax folds) or 64; in the replay key
-FUSED_TILE_COLS = None
-
-
-def _fused_spec(arch, in_dtype, fp8_dtype) -> Fp8FusedCastSpec:
-    """The fused cast, with the tile width of the tile cast's current-scaling spec (or
-    FUSED_TILE_COLS)."""
-    tile_cols = FUSED_TILE_COLS or _tile_spec(arch, in_dtype, fp8_dtype, False).tile_cols
-    return _fused_spec_of(arch, in_dtype, fp8_dtype, tile_cols)
-
-
-@functools.cache
-def _fused_spec_of(arch, in_dtype, fp8_dtype, tile_cols) -> Fp8FusedCastSpec:
-    return Fp8FusedCastSpec(arch=arch, in_dtype=in_dtype, fp8_dtype=fp8_dtype, tile_cols=tile_cols)
-
-
-def _fused_grid(spec, layout, m_rows: int, n_cols: int, num_groups: int) -> int:
-    """CTAs of the fused cast: one per amax tile and one per cast tile (an upper bound with
-    device splits: the CTAs past the last ticket only write scales), and enough to write every
-    tileless group's scale (one per thread)."""
-    row_tiles = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + num_groups
-    tiles = row_tiles * -(-n_cols // spec.tile_cols)
-    return max(2 * tiles, -(-num_groups // (2 * spec.tile_cols)), 1)
-
-
-def amax_rows(x_dtype: torch.dtype, scaling: str, rowwise: bool, columnwise: bool) -> int:
-    """Rows of a call's amax buffer: 1 where the cast writes it (delayed scaling, the fused
-    cast), 2 where the amax pass does (row and, unused here, column amax)."""
-    delayed = scaling == "delayed"
-    fused = uses_fused_cast(_IN_DTYPES[x_dtype], delayed, rowwise, columnwise)
-    return 1 if delayed or fused else 2
-
-
 def _tile_grid(spec, layout, m_rows: int, n_cols: int, num_groups: int) -> int:
     """CTAs of the tile cast: one per tile (an upper bound when the splits are on the device:
     each group adds at most one partial tile; the extra CTAs only write scales), and enough to
@@ -178,9 +131,7 @@ def fp8_group_quantize(
             x, splits, fp8_dtype, scaling, scale, rowwise, columnwise, amax_epsilon,
             force_pow2_scales,
         )  # fmt: skip
-    # the module switches are in the key: they choose the launches a replay repeats
     flags = (fp8_dtype, scaling, rowwise, columnwise, amax_epsilon, force_pow2_scales)
-    flags += (FUSED_CURRENT, FUSED_TILE_COLS)
     key, hit = replay.find(_RECORDS, x, splits, flags, (scale,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, amax_shape, total, spans, layout = hit
@@ -272,10 +223,7 @@ def check_fp8_quantize(
 def _check_arch(arch, in_dtype, fp8_dtype, delayed, rowwise, columnwise) -> None:
     """UnsupportedArchError (before any allocation or launch) when a kernel this call needs
     does not exist on ``arch``: the cast, and with current scaling the amax pass (sm_120a has
-    neither persistent kernel: codegen/specs.py) unless the fused cast computes the amax."""
-    if uses_fused_cast(in_dtype, delayed, rowwise, columnwise):
-        _fused_spec(arch, in_dtype, fp8_dtype)  # one launch: no amax pass
-        return
+    neither persistent kernel: codegen/specs.py)."""
     if uses_tile_cast(in_dtype, rowwise, columnwise):
         _tile_spec(arch, in_dtype, fp8_dtype, delayed)
     else:
@@ -298,35 +246,27 @@ def run_fp8_quantize(
     x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise, columnwise,
     amax_epsilon, force_pow2_scales, output_kind,
 ):  # fmt: skip
-    """Launch the amax pass (current scaling) and the cast on validated arguments, or the fused
-    cast alone (``uses_fused_cast``). ``output_kind``: ``groups.PackedOutputs`` or
-    ``groups.SeparateOutputs``. Returns (outputs, amax [1 or 2, G] (``amax_rows``) or None when
-    it is the outputs' "amax" part, layout)."""
+    """Launch the amax pass (current scaling) and the cast on validated arguments.
+    ``output_kind``: ``groups.PackedOutputs`` or ``groups.SeparateOutputs``. Returns
+    (outputs, amax [1 or 2, G] or None when it is the outputs' "amax" part, layout)."""
     dev = x.device
     delayed = scaling == "delayed"
-    in_dtype = _IN_DTYPES[x.dtype]
-    fused = uses_fused_cast(in_dtype, delayed, rowwise, columnwise)
-    # written by the amax pass (current scaling; rows = row and, unused here, col amax; zeroed at
-    # its head: kernels/launch_zeroing.py) or by the cast kernel itself (delayed, fused: every
-    # entry, zero-token groups' too)
-    n_amax = amax_rows(x.dtype, scaling, rowwise, columnwise)
+    # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
+    # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
+    amax_rows = 1 if delayed else 2
     packed = groups.carves_amax(output_kind, m_rows, splits)
-    amax = None if packed else new_amax(n_amax, num_groups, m_rows, dev)
+    amax = None if packed else new_amax(amax_rows, num_groups, m_rows, dev)
+    in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)
     layout = groups.prepare_groups(
         splits, m_rows, dev, poison=amax, tile_records=tile, validated=True
     )
     parts = output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
     if packed:
-        parts["amax"] = ((n_amax, num_groups), torch.float32)
+        parts["amax"] = ((amax_rows, num_groups), torch.float32)
     outputs = output_kind.allocate(parts, dev)
     amax_addr = outputs.addr("amax", 0) if packed else _launch.ptr(amax, 4)
     stream = _launch.raw_stream(dev)
-    if fused:
-        return _run_fused(
-            x, layout, outputs, amax, amax_addr, m_rows, n_cols, num_groups, arch, fp8_dtype,
-            amax_epsilon, force_pow2_scales, stream,
-        )  # fmt: skip
     if tile:
         spec = _tile_spec(arch, in_dtype, _FP8_DTYPES[fp8_dtype], delayed)
     else:
@@ -380,39 +320,4 @@ def run_fp8_quantize(
             stream=stream,
             tables=layout.tile_tables,  # None: the layout's own (device splits, TMA ring)
         )
-    return outputs, amax, layout
-
-
-def _run_fused(
-    x, layout, outputs, amax, amax_addr, m_rows, n_cols, num_groups, arch, fp8_dtype,
-    amax_epsilon, force_pow2_scales, stream,
-):  # fmt: skip
-    """The fused current-scaling cast: one launch (amax tiles, then cast tiles waiting for their
-    group's amax; ``Fp8FusedCastSpec``), with the stream's group-fold words and ticket word."""
-    dev = x.device
-    spec = _fused_spec(arch, _IN_DTYPES[x.dtype], _FP8_DTYPES[fp8_dtype])
-    ws = groups.workspace(dev, num_groups, stream)
-    dummy = groups.dummy_buffer(dev).data_ptr()
-    scales_addr = outputs.addr("scales", 0)
-    _launch.run_grouped(
-        spec,
-        _launch.ptr(x) if m_rows > 0 else dummy,
-        max(m_rows, 1),
-        n_cols,
-        layout,
-        amax_addr,
-        amax_addr,  # no given scale
-        scales_addr,
-        scales_addr + 4 * num_groups,
-        outputs.addr("row_data", dummy),
-        outputs.addr("col_data", dummy),
-        _launch.ptr(ws.fold, 8),
-        _launch.ptr(ws.barrier, 8) + 8,  # words 2, 3: ticket, reads (kernels/group_ready.py)
-        float(amax_epsilon),
-        int(force_pow2_scales),
-        layout.early_level(),
-        num_ctas=_fused_grid(spec, layout, m_rows, n_cols, num_groups),
-        stream=stream,
-        tables=layout.tile_tables,
-    )
     return outputs, amax, layout

@@ -373,12 +373,10 @@ class Workspace:
     """Per (device, stream) scratch, reused by every call on that stream (its kernels run in
     order, so one set suffices): the group-fold words of ``kernels/group_fold.py`` (two per
     group, created zero; every launch leaves them zero, so a grown workspace simply drops the
-    old ones; also the per-group words of ``kernels/group_ready.py``) and four ``barrier``
-    words: 0 and 1 the grid barrier of ``kernels/grid_sync.py`` (an arrival count that every
-    launch leaves zero, and a generation), 2 and 3 the ticket and reads words of
-    ``kernels/group_ready.py`` (every launch leaves them zero). Device-built lookup tables are
-    not kept here but in each call's own buffer (``GroupLayout.snapshot`` and the tables after
-    it), which its result keeps."""
+    old ones) and the grid-barrier words of ``kernels/grid_sync.py`` (an arrival count that
+    every launch leaves zero, and a generation). Device-built lookup tables are not kept here
+    but in each call's own buffer (``GroupLayout.snapshot`` and the tables after it), which its
+    result keeps."""
 
     fold: torch.Tensor
     barrier: torch.Tensor

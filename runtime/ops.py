@@ -274,8 +274,7 @@ def _(
     row = x.new_empty(parts["row_data"][0] if rowwise else (0,), dtype=torch.uint8)
     col = x.new_empty(parts["col_data"][0] if columnwise else (0,), dtype=torch.uint8)
     scales = x.new_empty((2, num_groups), dtype=torch.float32)
-    n_amax = _fp8.amax_rows(x.dtype, scaling, rowwise, columnwise)
-    amax = x.new_empty((n_amax, num_groups), dtype=torch.float32)
+    amax = x.new_empty((1 if scaling == "delayed" else 2, num_groups), dtype=torch.float32)
     snap = (num_groups + 2,) if device_splits is not None else (0,)
     return row, col, scales, amax, x.new_empty(snap, dtype=torch.int32)
 

@@ -272,17 +272,13 @@ def test_runtime_rht_mma_choice(monkeypatch, value):
         ("sm_100a", torch.bfloat16, "current", True),
         ("sm_100a", torch.float32, "delayed", True),
         ("sm_120a", torch.bfloat16, "delayed", True),  # the tile cast alone
-        ("sm_120a", torch.bfloat16, "current", True),  # the fused cast computes the amax
-        ("sm_120a", torch.bfloat16, "current-unfused", False),  # needs the persistent amax pass
+        ("sm_120a", torch.bfloat16, "current", False),  # needs the persistent amax pass
         ("sm_120a", torch.float32, "delayed", False),  # fp32: the persistent TMA-ring cast
     ],
 )
 def test_fp8_op_checks_its_kernels_exist_on_the_arch(monkeypatch, arch, dtype, scaling, ok):
     from cutequant import _checks, fp8
 
-    if scaling == "current-unfused":
-        monkeypatch.setattr(fp8, "FUSED_CURRENT", False)
-        scaling = "current"
     monkeypatch.setattr(_checks, "check_device", lambda x, name="x": arch)
     x = torch.zeros(32, 64, dtype=dtype)
     scale = torch.ones(2) if scaling == "delayed" else None

@@ -6,7 +6,6 @@ import shutil
 import subprocess
 
 import pytest
-import torch
 
 from cutequant import cli, jit
 from cutequant.codegen import module_name, render
@@ -23,7 +22,6 @@ def test_variant_inventory():
         "nvfp4_quantize",
         "fp8_quantize",
         "fp8_tile_cast",
-        "fp8_fused_cast",
         "dequantize",
         "nvfp4_quantize_2d",
         "fake_quant_rows",
@@ -35,8 +33,6 @@ def test_variant_inventory():
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
     # 16-bit inputs x fp8 dtypes x current / delayed scaling
     assert sum(s.family == "fp8_tile_cast" for s in ALL) == 8
-    # current scaling in one launch (fp8.FUSED_CURRENT): 16-bit inputs x fp8 dtypes
-    assert sum(s.family == "fp8_fused_cast" for s in ALL) == 4
     # NVFP4 (row x 2 scale layouts + col x 2 layouts x undo RHT) + FP8 (2 formats x 2
     # directions), each x 3 output dtypes; + the columnwise fake-quant's (2 output dtypes)
     assert sum(s.family == "dequantize" for s in ALL) == 32
@@ -248,54 +244,6 @@ def test_fp8_tile_cast_choice(monkeypatch):
         assert spec in cli.all_specs("sm_90a")  # precompiled with the rest
     with pytest.raises(ValueError, match="tile_cols"):
         S.Fp8TileCastSpec(tile_cols=96)
-
-
-def test_fp8_fused_current_choice(monkeypatch):
-    """Current scaling of 16-bit inputs with both outputs runs the fused cast (one launch) unless
-    FUSED_CURRENT is off; its spec is precompiled and renders the ticket kernel (no cooperative
-    launch, no grid barrier, the tile cast's residency); the tile cast renders none of it."""
-    from cutequant import fp8
-
-    assert fp8.uses_fused_cast("bf16", False, True, True)
-    assert fp8.uses_fused_cast("f16", False, True, True)
-    assert not fp8.uses_fused_cast("bf16", True, True, True)  # delayed: the tile cast
-    assert not fp8.uses_fused_cast("f32", False, True, True)
-    assert not fp8.uses_fused_cast("bf16", False, True, False)
-    assert fp8.amax_rows(torch.bfloat16, "current", True, True) == 1
-    assert fp8.amax_rows(torch.float32, "current", True, True) == 2
-    spec = fp8._fused_spec("sm_90a", "bf16", "e4m3")
-    tile_spec = fp8._tile_spec("sm_90a", "bf16", "e4m3", False)
-    assert spec.tile_cols == tile_spec.tile_cols
-    assert spec in cli.all_specs("sm_90a")
-    src = render(spec)
-    assert "group_ready.take_ticket" in src and "group_ready.wait_ready" in src
-    assert "group_ready.reset_after_reads" in src
-    assert "cooperative" not in src and "grid_sync" not in src
-    assert "RESIDENT_CTAS = 2048 // THREADS" in src and "min_blocks_per_mp=RESIDENT_CTAS" in src
-    tile = render(tile_spec)
-    assert "group_ready" not in tile and "RESIDENT_CTAS = 2048 // THREADS" in tile
-    assert spec.key() != tile_spec.key()
-    monkeypatch.setattr(fp8, "FUSED_CURRENT", False)
-    assert not fp8.uses_fused_cast("bf16", False, True, True)
-    assert fp8.amax_rows(torch.bfloat16, "current", True, True) == 2
-    with pytest.raises(ValueError, match="tile_cols"):
-        S.Fp8FusedCastSpec(tile_cols=96)
-
-
-def test_fp8_fused_grid():
-    """Two CTAs per tile (amax + cast), the device-split upper bound (each group adds at most
-    one partial row tile), and enough threads for every group's scale."""
-    from types import SimpleNamespace
-
-    from cutequant import fp8
-
-    spec = fp8._fused_spec("sm_90a", "bf16", "e4m3")
-    host = SimpleNamespace(row_tiles=128)
-    assert fp8._fused_grid(spec, host, 8192, 5120, 1) == 2 * 128 * 40
-    device = SimpleNamespace(row_tiles=-1)
-    assert fp8._fused_grid(spec, device, 8192, 400, 64) == 2 * (128 + 64) * 4
-    assert fp8._fused_grid(spec, SimpleNamespace(row_tiles=0), 0, 256, 1000) == 4
-    assert fp8._fused_grid(spec, SimpleNamespace(row_tiles=0), 0, 256, 1) == 1
 
 
 def test_2d_work_items_match_the_kernel():

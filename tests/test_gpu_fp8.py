@@ -15,17 +15,6 @@ IN = [torch.bfloat16, torch.float16, torch.float32]
 FP8 = [torch.float8_e4m3fn, torch.float8_e5m2]
 
 
-@pytest.fixture(params=[True, False], ids=["fused", "two_launches"])
-def fused_current(request, monkeypatch):
-    """Current scaling of 16-bit inputs with both outputs, both ways (fp8.FUSED_CURRENT): the
-    fused cast (one launch: amax tiles, then cast tiles waiting for their group's amax) and the
-    amax pass + tile cast."""
-    from cutequant import fp8
-
-    monkeypatch.setattr(fp8, "FUSED_CURRENT", request.param)
-    return request.param
-
-
 def _same_f32(got, ref):
     got, ref = got.float().cpu().reshape(-1), ref.float().cpu().reshape(-1)
     nan = torch.isnan(ref)
@@ -59,7 +48,6 @@ def check_fp8(x, splits, *, device_splits=None, **opts):
     return res
 
 
-@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("in_dtype,fp8_dtype", list(itertools.product(IN, FP8)))
 @pytest.mark.parametrize("scaling", ["current", "delayed"])
 @pytest.mark.parametrize("dirs", [(True, True), (True, False), (False, True)])
@@ -72,7 +60,6 @@ def test_every_variant(in_dtype, fp8_dtype, scaling, dirs, rng):
     check_fp8(x, splits, **opts)
 
 
-@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("groups", [1, 8, 65, 300])
 def test_group_counts(groups, rng):
     splits = random_splits(groups, None, rng, zero_at=("middle",))
@@ -82,14 +69,12 @@ def test_group_counts(groups, rng):
     check_fp8(x, splits, device_splits=dev, fp8_dtype=torch.float8_e5m2)
 
 
-@pytest.mark.usefixtures("fused_current")
 def test_dense_and_all_empty(rng):
     x = grouped_input([8192], 5120, rng)
     check_fp8(x, [8192])
     check_fp8(grouped_input([0, 0, 0], 256, rng), [0, 0, 0])
 
 
-@pytest.mark.usefixtures("fused_current")
 def test_scale_options_and_special_values(rng):
     splits = [64, 32, 0, 96]
     x = grouped_input(splits, 256, rng).float()
@@ -107,7 +92,6 @@ def test_scale_options_and_special_values(rng):
     check_fp8(x, splits, scaling="delayed", scale=torch.tensor([1.0, 1e-30, 3.0, 1e30]).cuda())
 
 
-@pytest.mark.usefixtures("fused_current")
 def test_dequantize_round_trip(rng):
     splits = [64, 0, 128]
     x = grouped_input(splits, 512, rng)
@@ -173,7 +157,6 @@ def test_tma_ring_kernel_for_16_bit_inputs(in_dtype, monkeypatch, rng):
     check_fp8(x, splits, columnwise=False, scaling="delayed", scale=scale)
 
 
-@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("in_dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("n_cols", [272, 384])
 def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
@@ -190,7 +173,6 @@ def test_tile_cast_shifted_rows(in_dtype, n_cols, rng):
     check_fp8(x, splits, device_splits=dev, scaling="delayed", scale=scale)
 
 
-@pytest.mark.usefixtures("fused_current")
 @pytest.mark.parametrize("tile_cols", [64, 128, 256])
 def test_tile_cast_widths(tile_cols, monkeypatch, rng):
     """Every tile width the tile cast's spec allows (the runtime picks 256 columns with delayed
@@ -261,146 +243,3 @@ def test_delayed_amax_in_cuda_graph_follows_new_data(rng):
         )
         for g, want in enumerate(ref):
             assert _same_f32(res.amax[g], want["amax"]), (factor, g, res.amax[g], want["amax"])
-
-
-@pytest.mark.usefixtures("fused_current")
-def test_current_special_values_16_bit(rng):
-    """inf, NaN, an all-zero group and huge values in bf16 / f16 input with every scale option
-    (the fused cast computes the amax and TE's scale itself)."""
-    splits = [64, 32, 0, 96, 16]
-    x = grouped_input(splits, 256, rng)
-    x[5, 3] = float("inf")
-    x[70, 9] = float("nan")
-    x[100, 0] = -float("inf")
-    x[96:128] = 0.0  # a group whose amax is 0 -> scale 1
-    x[130, 7] = 3e4
-    for dtype in (torch.bfloat16, torch.float16):
-        for pow2 in (False, True):
-            for eps in (0.0, 1e-3, 1e4):
-                check_fp8(x.to(dtype), splits, amax_epsilon=eps, force_pow2_scales=pow2)
-        check_fp8(x.to(dtype), splits, fp8_dtype=torch.float8_e5m2)
-
-
-def _check_amax_and_data(res, x, splits, fp8_dtype=torch.float8_e4m3fn):
-    """``res`` (a call already issued, maybe long ago) against the reference: amax, scale,
-    scale_inv and both data outputs of every group, bit for bit."""
-    ref = reference.fp8_group_quantize(x, splits, fp8_dtype=fp8_dtype)
-    for g, want in enumerate(ref):
-        got = res.group(g)
-        for key in ("amax", "scale", "scale_inv"):
-            assert _same_f32(got[key], want[key]), (len(splits), g, key, got[key], want[key])
-        if splits[g]:
-            for key in ("row_data", "col_data"):
-                a = got[key].view(torch.uint8).cpu()
-                assert torch.equal(a, want[key].view(torch.uint8).cpu()), (len(splits), g, key)
-
-
-@pytest.mark.usefixtures("fused_current")
-@pytest.mark.parametrize("n_cols", [400, 128])
-def test_300_groups_empty_front_middle_end(n_cols, rng):
-    """300 uneven groups with zero-token groups at the front, in the middle and at the end
-    (their amax 0 and scale 1 come from the tileless-group threads, the others' from cast
-    tiles), shifted rows, partial column tiles; host and device splits, both fp8 formats and
-    input dtypes."""
-    splits = random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48)
-    x = grouped_input(splits, n_cols, rng)
-    check_fp8(x, splits)
-    dev = torch.tensor(splits, dtype=torch.int64, device="cuda")
-    check_fp8(x.half(), splits, device_splits=dev, fp8_dtype=torch.float8_e5m2)
-    check_fp8(x, splits, device_splits=dev.int())
-
-
-@pytest.mark.usefixtures("fused_current")
-def test_bad_device_splits_poison_current_scaling():
-    """Device splits that do not sum to the rows: no tiles at all, amax stays the runtime's NaN
-    poison (scale from it: 1), and the layout check reports it; good splits right after on the
-    same stream are exact (nothing of the bad call is left in the workspace)."""
-    x = torch.randn(128, 256, device="cuda").to(torch.bfloat16)
-    bad = torch.tensor([64, 48], dtype=torch.int32, device="cuda")  # sums to 112, not 128
-    res = cutequant.fp8_group_quantize(x, bad)
-    torch.cuda.synchronize()
-    assert torch.isnan(res.amax).all()
-    assert torch.equal(res.scale.cpu(), torch.ones(2))
-    with pytest.raises(ValueError, match="device-side check failed"):
-        res._layout.check()
-    check_fp8(x, [64, 64], device_splits=torch.tensor([64, 64], device="cuda"))
-
-
-@pytest.mark.usefixtures("fused_current")
-def test_current_back_to_back_one_stream(rng):
-    """Calls queued back to back on one stream with no sync: 3, 300 (the workspace grows), 3 and
-    1 groups, inputs of very different magnitudes, device and host splits; each reports its own
-    input's amax and data (every launch leaves its ticket, reads and group words zero)."""
-    runs = []
-    for groups, factor, on_device in ((3, 1e3, False), (300, 1.0, True), (3, 1e-3, False),
-                                      (1, 7.0, True), (3, 1e3, False)):  # fmt: skip
-        splits = random_splits(groups, None, rng, mean_rows=96)
-        x = grouped_input(splits, 384, rng) * factor
-        arg = torch.tensor(splits, device="cuda") if on_device else splits
-        runs.append((x, splits, cutequant.fp8_group_quantize(x, arg)))
-    torch.cuda.synchronize()
-    for x, splits, res in runs:
-        _check_amax_and_data(res, x, splits)
-
-
-@pytest.mark.usefixtures("fused_current")
-def test_current_two_streams(rng):
-    """Calls on two streams at once (each stream has its own workspace words), several rounds
-    with no sync in between, different group counts per stream."""
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    inputs = []
-    for groups in (7, 300):
-        splits = random_splits(groups, None, rng, zero_at=("middle",), mean_rows=64)
-        inputs.append((splits, grouped_input(splits, 256, rng)))
-    torch.cuda.synchronize()
-    runs = []
-    for rnd in range(4):
-        for stream, (splits, x) in zip(streams, inputs, strict=True):
-            with torch.cuda.stream(stream):
-                xs = x * (10.0 ** (rnd - 2))
-                runs.append((xs, splits, cutequant.fp8_group_quantize(xs, splits)))
-    torch.cuda.synchronize()
-    for xs, splits, res in runs:
-        _check_amax_and_data(res, xs, splits)
-
-
-@pytest.mark.usefixtures("fused_current")
-@pytest.mark.parametrize("device_splits", [False, True])
-def test_current_cuda_graph_replayed(device_splits, rng):
-    """A captured call replayed 3 times on new data (larger, smaller, with a NaN): every replay
-    reports its own input's amax, scales and data (the workspace words reset within each
-    launch, so a replay finds zeros)."""
-    splits = [128, 0, 320, 64, 16]
-    static_x = grouped_input(splits, 256, rng)
-    arg = torch.tensor(splits, device="cuda") if device_splits else splits
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        cutequant.fp8_group_quantize(static_x, arg)
-    torch.cuda.current_stream().wait_stream(s)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        res = cutequant.fp8_group_quantize(static_x, arg)
-    for factor in (1000.0, 0.001, 1.0):
-        x = grouped_input(splits, 256, rng) * factor
-        if factor == 1.0:
-            x[200, 5] = float("nan")
-        static_x.copy_(x)
-        graph.replay()
-        torch.cuda.synchronize()
-        _check_amax_and_data(res, x, splits)
-
-
-@pytest.mark.usefixtures("fused_current")
-def test_current_nan_inf_inputs(rng):
-    """NaN and +-inf in several groups (one group all NaN, one with only an inf), bf16 / f16,
-    both formats: amax NaN / inf exactly as the amax pass reports them, scale 1."""
-    splits = [64, 128, 32, 0, 64]
-    x = grouped_input(splits, 512, rng)
-    x[3, 100] = float("nan")
-    x[64:192, 7] = float("inf")
-    x[192:224] = float("nan")
-    x[230, 511] = -float("inf")
-    for dtype in (torch.bfloat16, torch.float16):
-        for fp8_dtype in FP8:
-            check_fp8(x.to(dtype), splits, fp8_dtype=fp8_dtype)
