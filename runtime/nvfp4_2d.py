@@ -180,9 +180,10 @@ def work_items(
 
 
 # The cooperative grid's kernel: 256 threads and ~5 KB of shared memory per CTA (the transpose
-# tile and the warp maxima), registers capped for RESIDENT_CTAS CTAs per SM by the compiler.
+# tile, the warp maxima and the scale table), registers capped for RESIDENT_CTAS CTAs per SM
+# by the compiler.
 _THREADS = 256
-_SMEM_BYTES = 128 * 40 + 32 + 1024  # + the system's 1 KB per resident CTA
+_SMEM_BYTES = 128 * 40 + 32 + 64 + 1024  # + the system's 1 KB per resident CTA
 
 
 @functools.cache
