@@ -4,12 +4,13 @@ in one process (issue 20: >= 80% of the copy rate on an H200).
     python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
 
 For each op with a switch (``cutequant.fake_quant.COLS_LEGACY``: the columnwise kernel,
-``FakeQuantColsSpec.legacy``), the outputs of both sides are compared bit for bit on the
-case's inputs first (RN and SR with the same rng state); then both are timed like
+``FakeQuantColsSpec.legacy``; ``fake_quant.ROWS_SR_LEGACY``: the stochastic rowwise kernel,
+``FakeQuantRowsSpec.legacy``; ``nvfp4_2d.LEGACY_2D``: the 2D kernel, ``Nvfp4Quantize2dSpec.legacy``,
+also the 2D quantize ops ``nvfp4_2d_weights*``), the outputs of both sides are compared bit for
+bit on the case's inputs first (RN and SR with the same rng state); then both are timed like
 perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating sides over
-``--rounds`` rounds so that clock drift hits both. Ops without a switch
-(``fake_quant_rows_sr``, ``fake_quant_weights_2d``: unchanged so far) are timed once, for the
-table. Prints us and % of the copy rate measured in the same run.
+``--rounds`` rounds so that clock drift hits both. Ops without a switch are timed once, for
+the table. Prints us and % of the copy rate measured in the same run.
 """
 
 import argparse
@@ -23,18 +24,25 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import bench  # noqa: E402
 
 import cutequant  # noqa: E402
-from cutequant import fake_quant  # noqa: E402
+from cutequant import fake_quant, nvfp4_2d  # noqa: E402
 
 # op -> (module, flag): the flag set to True selects the legacy kernel
 SWITCHES = {
     "fake_quant_columnwise_kernel": (fake_quant, "COLS_LEGACY"),
     "fake_quant_columnwise_kernel_sr": (fake_quant, "COLS_LEGACY"),
+    "fake_quant_rows_sr": (fake_quant, "ROWS_SR_LEGACY"),
+    "fake_quant_weights_2d": (nvfp4_2d, "LEGACY_2D"),
 }
+# the 2D quantize variants share LEGACY_2D (the tile walk): not slower is the point there
+QUANTIZE_2D_OPS = [op for op in bench.OPS if op.startswith("nvfp4_2d_weights")]
+for _op in QUANTIZE_2D_OPS:
+    SWITCHES[_op] = (nvfp4_2d, "LEGACY_2D")
 OPS = (
     "fake_quant_columnwise_kernel",
     "fake_quant_columnwise_kernel_sr",
     "fake_quant_rows_sr",
     "fake_quant_weights_2d",
+    "nvfp4_2d_weights(amax+quantize)",
 )
 
 
@@ -52,13 +60,50 @@ def columnwise_outputs(case, sr: bool):
     return y
 
 
+def rows_sr_outputs(case):
+    """The stochastic rowwise kernel's output (computed amax) on the case's first input."""
+    gen = torch.Generator().manual_seed(0)
+    _, splits, xs = bench.make_inputs(case, gen)
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
+    y, _ = fake_quant.nvfp4_fake_quantize_rows_impl(xs[0], splits, None, True, rng, torch.bfloat16)
+    torch.cuda.synchronize()
+    return y.view(torch.int16)
+
+
+def weights_2d_outputs(case, fake: bool):
+    """The 2D kernel's outputs (computed amax; the case's shape as E experts, as bench.py):
+    the fake-quant values, or every quantize output byte (one allocation) and the amax."""
+    gen = torch.Generator().manual_seed(0)
+    _, splits, xs = bench.make_inputs(case, gen)
+    e, n_cols = len(splits), xs[0].shape[1]
+    rows = sum(splits) // e // 16 * 16
+    w = xs[0][: e * rows].view(e, rows, n_cols)
+    if fake:
+        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
+        out = torch.cat([y.view(torch.int16).reshape(-1).view(torch.uint8), amax.view(torch.uint8)])
+    else:
+        got = nvfp4_2d.nvfp4_quantize_2d_impl(w, True, True, False, None)
+        out = torch.cat([t.reshape(-1).view(torch.uint8) for t in got])
+    torch.cuda.synchronize()
+    return out
+
+
+def outputs(op, case):
+    if op.startswith("fake_quant_columnwise"):
+        return columnwise_outputs(case, op.endswith("_sr")).view(torch.int16)
+    if op == "fake_quant_rows_sr":
+        return rows_sr_outputs(case)
+    return weights_2d_outputs(case, op == "fake_quant_weights_2d")
+
+
 def compare_bits(op, case) -> bool:
     mod, flag = SWITCHES[op]
-    sr = op.endswith("_sr")
+    if op in QUANTIZE_2D_OPS and op != QUANTIZE_2D_OPS[0]:
+        return True  # one 2D quantize comparison (rowwise + columnwise, compact) is enough
     outs = []
     for legacy in (False, True):
         setattr(mod, flag, legacy)
-        outs.append(columnwise_outputs(case, sr).view(torch.int16))
+        outs.append(outputs(op, case))
     setattr(mod, flag, False)
     same = torch.equal(outs[0], outs[1])
     if not same:
