@@ -177,6 +177,22 @@ class _RhtMma:
         return {**super().render_fields(), "rht_mma": self.rht_mma_kind()}
 
 
+class _LegacySwitch:
+    """A ``legacy: bool`` field (declared by the class): True renders the kernel as it was before
+    an issue-20 change, for A/B on the GPU in one process (a runtime module flag picks it). Left
+    out of the key and the source when False, so the default kernels' keys only change with
+    their source."""
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not out["legacy"]:
+            del out["legacy"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "legacy": self.legacy}
+
+
 def _no_chunks(spec) -> None:
     """Round-robin chunks (TilePlan.chunk) are built into the cast kernels only."""
     if spec.plan.chunk != -1:
@@ -478,7 +494,7 @@ class DequantizeSpec(KernelSpec):
 
 
 @dataclass(frozen=True)
-class Nvfp4Quantize2dSpec(KernelSpec):
+class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
     """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (docs/numerics.md
     §2), stacked [E, R, C] or a device array of E pointers (chosen at run time), in one launch:
     64 x 128 tiles of one expert as work items; with ``compute_amax`` (a run-time switch) the
@@ -498,9 +514,27 @@ class Nvfp4Quantize2dSpec(KernelSpec):
     columnwise: bool = True
     swizzled: bool = False
     fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
+    # True: the tile walk before issue 20 (two divisions per tile) and, with fake_out, the
+    # code-and-decode fake-quant (runtime/nvfp4_2d.py's LEGACY_2D)
+    legacy: bool = False
+    # True: no L2 prefetch of a CTA's next tile (issue 20, A/B: nvfp4_2d.NO_PREFETCH_2D);
+    # left out of the key when False; the legacy kernel never prefetches
+    no_prefetch: bool = False
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not out["no_prefetch"]:
+            del out["no_prefetch"]
+        return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
+        return {
+            **super().render_fields(),
+            "resident_ctas": self.RESIDENT_CTAS,
+            # sm_120a (compile-checked only): its compiler segfaulted on the rowwise-only
+            # swizzled bf16 / f16 variants with the prefetch
+            "prefetch": not (self.legacy or self.no_prefetch) and self.arch != "sm_120a",
+        }
 
     def __post_init__(self):
         super().__post_init__()
@@ -512,10 +546,12 @@ class Nvfp4Quantize2dSpec(KernelSpec):
             raise ValueError("fake_out: a quantize kernel with the default output switches")
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
+        if self.legacy and self.no_prefetch:
+            raise ValueError("no_prefetch: the legacy kernel never prefetches")
 
 
 @dataclass(frozen=True)
-class FakeQuantRowsSpec(KernelSpec):
+class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
     """Fused rowwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N]: per 16-element block
     quantize (RN or stochastic rounding) and dequantize in registers, ``out_dtype`` out; the
     values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile."""
@@ -524,11 +560,17 @@ class FakeQuantRowsSpec(KernelSpec):
     family: ClassVar[str] = "fake_quant_rows"
     stochastic: bool = False
     out_dtype: str = "bf16"
+    # True (stochastic only): SR codes packed and decoded as the dequantize kernel does, the
+    # kernel before issue 20 (runtime/fake_quant.py's ROWS_SR_LEGACY); False: the SR e2m1 value
+    # in fp32 (``fake_quant.e2m1_sr_value``) times sf and S_dec
+    legacy: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+        if self.legacy and not self.stochastic:
+            raise ValueError("legacy: only the stochastic rowwise kernel has a legacy form")
 
 
 @dataclass(frozen=True)

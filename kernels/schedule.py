@@ -436,3 +436,49 @@ def tma_load(tma_atom: cute.CopyAtom, src: cute.Tensor, dst: cute.Tensor, pipe, 
     """One TMA tile load into ``state``'s stage, with an L2 cache-hint policy unless None."""
     kwargs = {} if policy is None else {"cache_policy": policy}
     cute.copy(tma_atom, src, dst, tma_bar_ptr=pipe.producer_get_barrier(state), **kwargs)
+
+
+# ------------------------------------------------------------------------------ expert tiles
+# The 2D weight kernel (nvfp4_quantize_2d.py.j2) numbers the tiles of E same-shaped experts
+# item = (e * row_tiles + rt) * col_tiles + ct and walks each CTA's contiguous range forward
+# (quantize) or backward (amax). Plain integer arithmetic: the kernel calls ``expert_tile`` on
+# Int32 values once per phase; its loops step with the same ``if`` ladders as
+# ``next_expert_tile`` / ``prev_expert_tile`` written inline (a branch-free select form, and a
+# row-tile count held in a register, each cost spills at the 64-register cap of some variants:
+# 7-41 LDL/STL, static), and tests/test_expert_tile_walk.py runs these on Python ints against
+# the divisions.
+
+
+def expert_tile(item, col_tiles, per_expert):
+    """(expert, row tile, column tile) of work item ``item`` (two divisions, ~40 instructions
+    each with a run-time divisor)."""
+    e = item // per_expert
+    rem = item - e * per_expert
+    rt = rem // col_tiles
+    return e, rt, rem - rt * col_tiles
+
+
+def next_expert_tile(e, rt, ct, col_tiles, rows, tile_rows):
+    """(e, rt, ct) of the item after (e, rt, ct), without a division (``rows``: each expert's;
+    its row tiles are ``tile_rows`` high: the last one starts below ``rows``)."""
+    ct += 1
+    if ct == col_tiles:
+        ct = 0
+        rt += 1
+        if rt * tile_rows >= rows:
+            rt = 0
+            e += 1
+    return e, rt, ct
+
+
+def prev_expert_tile(e, rt, ct, col_tiles, rows, tile_rows):
+    """(e, rt, ct) of the item before (e, rt, ct), without a division (a constant divisor only
+    when it wraps to the previous expert)."""
+    ct -= 1
+    if ct < 0:
+        ct = col_tiles - 1
+        rt -= 1
+        if rt < 0:
+            rt = (rows - 1) // tile_rows
+            e -= 1
+    return e, rt, ct

@@ -30,6 +30,9 @@ TILE_COLS = 128
 # True: the columnwise kernel as it was before issue 20 (FakeQuantColsSpec.legacy), for A/B
 # timing and bit comparison in one process (perf/probes/fake_quant_ab.py); read at every call
 COLS_LEGACY = False
+# True: the stochastic rowwise kernel before issue 20 (codes packed and decoded;
+# FakeQuantRowsSpec.legacy), for the same A/B; the RN rowwise kernel has one form
+ROWS_SR_LEGACY = False
 
 
 def _check_fake_quantize(
@@ -110,7 +113,8 @@ def nvfp4_fake_quantize_rows_impl(
     y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
-        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype])
+        legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
+        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy)
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -179,8 +183,10 @@ def nvfp4_fake_quantize_columnwise_impl(
 
 
 @functools.cache
-def _rows_spec(arch: str, stochastic: bool, out_dtype: str) -> FakeQuantRowsSpec:
-    return FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype)
+def _rows_spec(
+    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False
+) -> FakeQuantRowsSpec:
+    return FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy)
 
 
 @functools.cache
@@ -300,7 +306,7 @@ def nvfp4_fake_quantize(
             rng_state, amax, out_dtype,
         )  # fmt: skip
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
-             COLS_LEGACY)  # fmt: skip
+             COLS_LEGACY, ROWS_SR_LEGACY)  # fmt: skip
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

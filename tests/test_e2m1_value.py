@@ -89,3 +89,28 @@ def test_sr_value_floor():
     step = np.where(tf < 2, 0.5, np.where(tf < 4, 1.0, 2.0)).astype(np.float32)
     want = np.fmin(np.floor(tf / step) * step, np.float32(6.0))
     assert np.array_equal(got, want)
+
+
+def test_value_times_sf_then_s_dec_is_the_dequantize():
+    """The value path of the fake-quant kernels (columnwise, rowwise SR, 2D since issue 20):
+    f32(f32(q * sf) * S_dec) with two fp32 multiplies is the dequantize kernel's result, which
+    takes e2m1 * sf in f16 (HMUL2), widens it and multiplies by S_dec: q * sf has at most 2 + 4
+    significant bits and lies in [2^-10, 2688], exact in both f16 and fp32, so the one rounding
+    left is the S_dec multiply in both. Every signed e2m1 value x every finite non-negative e4m3
+    scale x S_dec over the whole range (subnormal results and overflow included)."""
+    q = reference.e2m1_decode(torch.arange(16)).numpy().astype(np.float32)
+    sf = reference.e4m3_to_float(torch.arange(127, dtype=torch.uint8)).numpy().astype(np.float32)
+    gen = np.random.default_rng(0)
+    s_dec = np.concatenate([
+        np.float32(2.0) ** np.arange(-149, 128, dtype=np.float32),
+        (gen.random(4000) * 2.0 ** gen.integers(-140, 120, 4000)).astype(np.float32),
+        np.array([np.finfo(np.float32).max, np.finfo(np.float32).tiny], np.float32),
+    ])  # fmt: skip
+    prod32 = q[:, None] * sf[None, :]
+    assert np.array_equal(prod32.astype(np.float64), q[:, None].astype(np.float64) * sf[None, :])
+    prod16 = (q[:, None].astype(np.float16) * sf[None, :].astype(np.float16)).astype(np.float32)
+    assert np.array_equal(prod16.view(U32), prod32.view(U32))  # signed zeros included
+    with np.errstate(over="ignore"):
+        got = prod32[:, :, None] * s_dec[None, None, :]
+        want = prod16[:, :, None] * s_dec[None, None, :]
+    assert np.array_equal(got.view(U32), want.view(U32))

@@ -21,10 +21,33 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
+@pytest.fixture(params=[False, True], ids=["rows-new", "rows-legacy"])
+def rows_legacy(request, monkeypatch):
+    """Both stochastic rowwise kernels (issue 20's SR value path and the code-and-decode one
+    before it, FakeQuantRowsSpec.legacy); the RN kernel has one form."""
+    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param)
+    return request.param
+
+
+@pytest.fixture(
+    params=[(False, False), (False, True), (True, False)],
+    ids=["2d-new", "2d-new-no-prefetch", "2d-legacy"],
+)
+def legacy_2d(request, monkeypatch):
+    """The 2D kernels: issue 20's (tile walk, value path, L2 prefetch on and off) and
+    Nvfp4Quantize2dSpec.legacy."""
+    legacy, no_prefetch = request.param
+    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", legacy)
+    monkeypatch.setattr(nvfp4_2d, "NO_PREFETCH_2D", no_prefetch)
+    return legacy
+
+
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
-def test_rows(stochastic, out_dtype, device, rng):
+def test_rows(stochastic, out_dtype, device, rng, rows_legacy):
+    if rows_legacy and not stochastic:
+        pytest.skip("the RN rowwise kernel has one form")
     splits = random_splits(7, None, rng, zero_at=("front", "middle"), mean_rows=150)
     x = grouped_input(splits, 272, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -65,7 +88,11 @@ def test_rows_groups_and_given_amax(case, rng):
     assert_same_bits(y, want, case)
 
 
-def test_rows_extremes():
+@pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
+def test_rows_extremes(stochastic, rng, rows_legacy):
+    if rows_legacy and not stochastic:
+        pytest.skip("the RN rowwise kernel has one form")
+    rng_state = _rng_state(rng) if stochastic else None
     splits = [64, 0, 64, 64]
     x = torch.zeros(192, 128, dtype=torch.bfloat16, device="cuda")
     x[64:128] = torch.finfo(torch.bfloat16).max
@@ -74,9 +101,9 @@ def test_rows_extremes():
     x[130, 17] = float("nan")
     x[140, 100] = float("inf")
     y, a = fake_quant.nvfp4_fake_quantize_rows_impl(
-        x, tuple(splits), None, False, None, torch.bfloat16
+        x, tuple(splits), None, stochastic, rng_state, torch.bfloat16
     )
-    want = recipe_reference.nvfp4_fake_quantize_rows(x, splits, a)
+    want = recipe_reference.nvfp4_fake_quantize_rows(x, splits, a, rng_state=rng_state)
     assert_same_bits(y, want, "extremes")
 
 
@@ -242,7 +269,7 @@ def cutequant_kernels(prof) -> int:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_weights_2d(listed, dtype, rng):
+def test_weights_2d(listed, dtype, rng, legacy_2d):
     w = (torch.randn(3, 144, 272, generator=rng) * 3).to(dtype).cuda()
     weights = [w[e].clone() for e in range(3)] if listed else w
     with poisoned_outputs():

@@ -3,13 +3,15 @@ in one process (issue 20: >= 80% of the copy rate on an H200).
 
     python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
 
-For each op with a switch (``cutequant.fake_quant.COLS_LEGACY``: the columnwise kernel,
-``FakeQuantColsSpec.legacy``), the outputs of both sides are compared bit for bit on the
-case's inputs first (RN and SR with the same rng state); then both are timed like
-perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating sides over
-``--rounds`` rounds so that clock drift hits both. Ops without a switch
-(``fake_quant_rows_sr``, ``fake_quant_weights_2d``: unchanged so far) are timed once, for the
-table. Prints us and % of the copy rate measured in the same run.
+For each op with a switch (``SWITCHES``: ``fake_quant.COLS_LEGACY``, the columnwise kernel;
+``fake_quant.ROWS_SR_LEGACY``, the stochastic rowwise kernel; ``nvfp4_2d.LEGACY_2D``, the 2D
+kernel, also for the 2D quantize ops ``nvfp4_2d_weights*``; ``OP~prefetch``:
+``nvfp4_2d.NO_PREFETCH_2D``, issue 20's 2D kernel with and without its L2 prefetch of the next
+tile), the outputs of both sides are compared bit for bit on the case's inputs first (RN and SR
+with the same rng state); then both are timed like perf/bench.py (CUDA-graph replay, median,
+``bench.graph_time_us``), alternating sides over ``--rounds`` rounds so that clock drift hits
+both. Ops without a switch are timed once, for the table. Prints us and % of the copy rate
+measured in the same run.
 """
 
 import argparse
@@ -23,18 +25,29 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import bench  # noqa: E402
 
 import cutequant  # noqa: E402
-from cutequant import fake_quant  # noqa: E402
+from cutequant import fake_quant, nvfp4_2d  # noqa: E402
 
 # op -> (module, flag): the flag set to True selects the legacy kernel
 SWITCHES = {
     "fake_quant_columnwise_kernel": (fake_quant, "COLS_LEGACY"),
     "fake_quant_columnwise_kernel_sr": (fake_quant, "COLS_LEGACY"),
+    "fake_quant_rows_sr": (fake_quant, "ROWS_SR_LEGACY"),
+    "fake_quant_weights_2d": (nvfp4_2d, "LEGACY_2D"),
 }
+# the 2D quantize variants share LEGACY_2D (the tile walk): not slower is the point there
+QUANTIZE_2D_OPS = [op for op in bench.OPS if op.startswith("nvfp4_2d_weights")]
+for _op in QUANTIZE_2D_OPS:
+    SWITCHES[_op] = (nvfp4_2d, "LEGACY_2D")
+# "op~prefetch": the same op, the flag set to True turns the 2D kernel's L2 prefetch off
+for _op in ("fake_quant_weights_2d", QUANTIZE_2D_OPS[0]):
+    SWITCHES[_op + "~prefetch"] = (nvfp4_2d, "NO_PREFETCH_2D")
 OPS = (
     "fake_quant_columnwise_kernel",
     "fake_quant_columnwise_kernel_sr",
     "fake_quant_rows_sr",
     "fake_quant_weights_2d",
+    "nvfp4_2d_weights(amax+quantize)",
+    "fake_quant_weights_2d~prefetch",
 )
 
 
@@ -52,13 +65,51 @@ def columnwise_outputs(case, sr: bool):
     return y
 
 
+def rows_sr_outputs(case):
+    """The stochastic rowwise kernel's output (computed amax) on the case's first input."""
+    gen = torch.Generator().manual_seed(0)
+    _, splits, xs = bench.make_inputs(case, gen)
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
+    y, _ = fake_quant.nvfp4_fake_quantize_rows_impl(xs[0], splits, None, True, rng, torch.bfloat16)
+    torch.cuda.synchronize()
+    return y.view(torch.int16)
+
+
+def weights_2d_outputs(case, fake: bool):
+    """The 2D kernel's outputs (computed amax; the case's shape as E experts, as bench.py):
+    the fake-quant values, or every quantize output byte (one allocation) and the amax."""
+    gen = torch.Generator().manual_seed(0)
+    _, splits, xs = bench.make_inputs(case, gen)
+    e, n_cols = len(splits), xs[0].shape[1]
+    rows = sum(splits) // e // 16 * 16
+    w = xs[0][: e * rows].view(e, rows, n_cols)
+    if fake:
+        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
+        out = torch.cat([y.view(torch.int16).reshape(-1).view(torch.uint8), amax.view(torch.uint8)])
+    else:
+        got = nvfp4_2d.nvfp4_quantize_2d_impl(w, True, True, False, None)
+        out = torch.cat([t.reshape(-1).view(torch.uint8) for t in got])
+    torch.cuda.synchronize()
+    return out
+
+
+def outputs(op, case):
+    op = op.split("~")[0]
+    if op.startswith("fake_quant_columnwise"):
+        return columnwise_outputs(case, op.endswith("_sr")).view(torch.int16)
+    if op == "fake_quant_rows_sr":
+        return rows_sr_outputs(case)
+    return weights_2d_outputs(case, op == "fake_quant_weights_2d")
+
+
 def compare_bits(op, case) -> bool:
     mod, flag = SWITCHES[op]
-    sr = op.endswith("_sr")
+    if op in QUANTIZE_2D_OPS[1:]:
+        return True  # one 2D quantize comparison (rowwise + columnwise, compact) is enough
     outs = []
     for legacy in (False, True):
         setattr(mod, flag, legacy)
-        outs.append(columnwise_outputs(case, sr).view(torch.int16))
+        outs.append(outputs(op, case))
     setattr(mod, flag, False)
     same = torch.equal(outs[0], outs[1])
     if not same:
@@ -72,7 +123,7 @@ def time_op(op, case, legacy=None) -> float:
         mod, flag = SWITCHES[op]
         setattr(mod, flag, legacy)
     try:
-        fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
+        fn, _ = bench.OPS[op.split("~")[0]](case, torch.Generator().manual_seed(0))
         return bench.graph_time_us(fn)
     finally:
         if legacy is not None:
@@ -97,7 +148,7 @@ def main(argv=None) -> int:
     print("bits: new == legacy on every switched op and case" if ok else "bits: MISMATCH")
     for op in ops:
         for case in cases:
-            _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
+            _, nbytes = bench.OPS[op.split("~")[0]](case, torch.Generator().manual_seed(0))
             pct = lambda us, n=nbytes: 100.0 * n / (us * 1e3) / copy  # noqa: E731
             if op not in SWITCHES:
                 us = time_op(op, case)
@@ -110,7 +161,8 @@ def main(argv=None) -> int:
             a, b = statistics.median(new), statistics.median(old)
             print(
                 f"{op:34s} {case:24s} new {a:8.1f} us {pct(a):5.1f}%   "
-                f"legacy {b:8.1f} us {pct(b):5.1f}%   {100.0 * (b - a) / b:+5.1f}% time"
+                f"{'off' if '~' in op else 'legacy'} {b:8.1f} us {pct(b):5.1f}%   "
+                f"{100.0 * (b - a) / b:+5.1f}% time"
             )
     return 0 if ok else 1
 
