@@ -517,24 +517,9 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
     # True: the tile walk before issue 20 (two divisions per tile) and, with fake_out, the
     # code-and-decode fake-quant (runtime/nvfp4_2d.py's LEGACY_2D)
     legacy: bool = False
-    # True: no L2 prefetch of a CTA's next tile (issue 20, A/B: nvfp4_2d.NO_PREFETCH_2D);
-    # left out of the key when False; the legacy kernel never prefetches
-    no_prefetch: bool = False
-
-    def fields(self) -> dict:
-        out = super().fields()
-        if not out["no_prefetch"]:
-            del out["no_prefetch"]
-        return out
 
     def render_fields(self) -> dict:
-        return {
-            **super().render_fields(),
-            "resident_ctas": self.RESIDENT_CTAS,
-            # sm_120a (compile-checked only): its compiler segfaulted on the rowwise-only
-            # swizzled bf16 / f16 variants with the prefetch
-            "prefetch": not (self.legacy or self.no_prefetch) and self.arch != "sm_120a",
-        }
+        return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
 
     def __post_init__(self):
         super().__post_init__()
@@ -546,8 +531,6 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
             raise ValueError("fake_out: a quantize kernel with the default output switches")
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
-        if self.legacy and self.no_prefetch:
-            raise ValueError("no_prefetch: the legacy kernel never prefetches")
 
 
 @dataclass(frozen=True)

@@ -66,15 +66,6 @@ def volatile_asm(res_type, ptx: str, constraints: str, args):
 
 
 @dsl_user_op
-def prefetch_l2(addr: Int64, *, loc=None, ip=None):
-    """``prefetch.global.L2``: a hint that brings the 128-byte line of ``addr`` into L2; one
-    instruction, no completion to wait for, no registers held. (The bulk form,
-    ``cp.async.bulk.prefetch.L2``, takes uniform operands: per-thread rows made ptxas loop
-    over the warp's lanes, ~6 instructions a lane.)"""
-    volatile_asm(None, "prefetch.global.L2 [$0];", "l", [Int64(addr).ir_value(loc=loc, ip=ip)])
-
-
-@dsl_user_op
 def fence_acq_rel_gpu(*, loc=None, ip=None):
     """``fence.acq_rel.gpu``: this thread's earlier memory operations are ordered before its
     later ones for every thread of the GPU (MEMBAR.GPU)."""

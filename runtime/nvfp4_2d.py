@@ -35,9 +35,6 @@ _PTR_TABLES_SIZE = 64
 # fake-quant by codes and decode), for A/B timing and bit comparison in one process
 # (perf/probes/fake_quant_ab.py); read at every call, part of the replay keys
 LEGACY_2D = False
-# True: issue 20's 2D kernel without the L2 prefetch of each CTA's next tile
-# (Nvfp4Quantize2dSpec.no_prefetch), for the same A/B; ignored with LEGACY_2D
-NO_PREFETCH_2D = False
 _LOCK = threading.Lock()
 
 
@@ -50,8 +47,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False,
-          no_prefetch=False):  # fmt: skip
+def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False):
     return Nvfp4Quantize2dSpec(
         arch=arch,
         in_dtype=in_dtype,
@@ -60,7 +56,6 @@ def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False,
         swizzled=swizzled,
         fake_out=fake_out,
         legacy=legacy,
-        no_prefetch=no_prefetch and not legacy,
     )
 
 
@@ -235,7 +230,7 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
         fold = barrier = dummy
         num_ctas = items
     _launch.run(
-        _spec(arch, IN_DTYPES[first.dtype], *spec_args, LEGACY_2D, NO_PREFETCH_2D),
+        _spec(arch, IN_DTYPES[first.dtype], *spec_args, LEGACY_2D),
         _launch.ptr(first),
         _launch.ptr(ptrs, 8),
         int(not stacked),
@@ -462,7 +457,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
     path, recorded when it may be replayed. A list of experts always takes the checked path (its
     pointer table is per address list)."""
-    flags = (rowwise, columnwise, swizzled, LEGACY_2D, NO_PREFETCH_2D)
+    flags = (rowwise, columnwise, swizzled, LEGACY_2D)
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
@@ -484,7 +479,7 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype, LEGACY_2D, NO_PREFETCH_2D)
+    flags = (out_dtype, LEGACY_2D)
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit

@@ -29,17 +29,11 @@ def rows_legacy(request, monkeypatch):
     return request.param
 
 
-@pytest.fixture(
-    params=[(False, False), (False, True), (True, False)],
-    ids=["2d-new", "2d-new-no-prefetch", "2d-legacy"],
-)
+@pytest.fixture(params=[False, True], ids=["2d-new", "2d-legacy"])
 def legacy_2d(request, monkeypatch):
-    """The 2D kernels: issue 20's (tile walk, value path, L2 prefetch on and off) and
-    Nvfp4Quantize2dSpec.legacy."""
-    legacy, no_prefetch = request.param
-    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", legacy)
-    monkeypatch.setattr(nvfp4_2d, "NO_PREFETCH_2D", no_prefetch)
-    return legacy
+    """The 2D kernels: issue 20's (tile walk, value path) and Nvfp4Quantize2dSpec.legacy."""
+    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param)
+    return request.param
 
 
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])

@@ -14,19 +14,12 @@ DIRECTIONS = [(True, True), (True, False), (False, True)]
 KEYS = ("row_data", "row_scales", "col_data", "col_scales", "amax")
 
 
-@pytest.fixture(
-    autouse=True,
-    params=[(False, False), (False, True), (True, False)],
-    ids=["2d-new", "2d-new-no-prefetch", "2d-legacy"],
-)
+@pytest.fixture(autouse=True, params=[False, True], ids=["2d-new", "2d-legacy"])
 def legacy_2d(request, monkeypatch):
     """Every test on the 2D kernels: issue 20's (tile coordinates stepped, not divided; the
-    fake-quant value path; the L2 prefetch of the next tile, and without it) and the one before
-    (Nvfp4Quantize2dSpec.legacy)."""
-    legacy, no_prefetch = request.param
-    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", legacy)
-    monkeypatch.setattr(nvfp4_2d, "NO_PREFETCH_2D", no_prefetch)
-    return legacy
+    fake-quant value path) and the one before (Nvfp4Quantize2dSpec.legacy)."""
+    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param)
+    return request.param
 
 
 def _weights(e, rows, cols, dtype, gen, spread=True):

@@ -5,13 +5,11 @@ in one process (issue 20: >= 80% of the copy rate on an H200).
 
 For each op with a switch (``SWITCHES``: ``fake_quant.COLS_LEGACY``, the columnwise kernel;
 ``fake_quant.ROWS_SR_LEGACY``, the stochastic rowwise kernel; ``nvfp4_2d.LEGACY_2D``, the 2D
-kernel, also for the 2D quantize ops ``nvfp4_2d_weights*``; ``OP~prefetch``:
-``nvfp4_2d.NO_PREFETCH_2D``, issue 20's 2D kernel with and without its L2 prefetch of the next
-tile), the outputs of both sides are compared bit for bit on the case's inputs first (RN and SR
-with the same rng state); then both are timed like perf/bench.py (CUDA-graph replay, median,
-``bench.graph_time_us``), alternating sides over ``--rounds`` rounds so that clock drift hits
-both. Ops without a switch are timed once, for the table. Prints us and % of the copy rate
-measured in the same run.
+kernel, also for the 2D quantize ops ``nvfp4_2d_weights*``), the outputs of both sides are
+compared bit for bit on the case's inputs first (RN and SR with the same rng state); then both
+are timed like perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating
+sides over ``--rounds`` rounds so that clock drift hits both. Ops without a switch are timed
+once, for the table. Prints us and % of the copy rate measured in the same run.
 """
 
 import argparse
@@ -38,16 +36,12 @@ SWITCHES = {
 QUANTIZE_2D_OPS = [op for op in bench.OPS if op.startswith("nvfp4_2d_weights")]
 for _op in QUANTIZE_2D_OPS:
     SWITCHES[_op] = (nvfp4_2d, "LEGACY_2D")
-# "op~prefetch": the same op, the flag set to True turns the 2D kernel's L2 prefetch off
-for _op in ("fake_quant_weights_2d", QUANTIZE_2D_OPS[0]):
-    SWITCHES[_op + "~prefetch"] = (nvfp4_2d, "NO_PREFETCH_2D")
 OPS = (
     "fake_quant_columnwise_kernel",
     "fake_quant_columnwise_kernel_sr",
     "fake_quant_rows_sr",
     "fake_quant_weights_2d",
     "nvfp4_2d_weights(amax+quantize)",
-    "fake_quant_weights_2d~prefetch",
 )
 
 
@@ -94,7 +88,6 @@ def weights_2d_outputs(case, fake: bool):
 
 
 def outputs(op, case):
-    op = op.split("~")[0]
     if op.startswith("fake_quant_columnwise"):
         return columnwise_outputs(case, op.endswith("_sr")).view(torch.int16)
     if op == "fake_quant_rows_sr":
@@ -123,7 +116,7 @@ def time_op(op, case, legacy=None) -> float:
         mod, flag = SWITCHES[op]
         setattr(mod, flag, legacy)
     try:
-        fn, _ = bench.OPS[op.split("~")[0]](case, torch.Generator().manual_seed(0))
+        fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
         return bench.graph_time_us(fn)
     finally:
         if legacy is not None:
@@ -148,7 +141,7 @@ def main(argv=None) -> int:
     print("bits: new == legacy on every switched op and case" if ok else "bits: MISMATCH")
     for op in ops:
         for case in cases:
-            _, nbytes = bench.OPS[op.split("~")[0]](case, torch.Generator().manual_seed(0))
+            _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
             pct = lambda us, n=nbytes: 100.0 * n / (us * 1e3) / copy  # noqa: E731
             if op not in SWITCHES:
                 us = time_op(op, case)
@@ -161,7 +154,7 @@ def main(argv=None) -> int:
             a, b = statistics.median(new), statistics.median(old)
             print(
                 f"{op:34s} {case:24s} new {a:8.1f} us {pct(a):5.1f}%   "
-                f"{'off' if '~' in op else 'legacy'} {b:8.1f} us {pct(b):5.1f}%   "
+                f"legacy {b:8.1f} us {pct(b):5.1f}%   "
                 f"{100.0 * (b - a) / b:+5.1f}% time"
             )
     return 0 if ok else 1
