@@ -759,9 +759,10 @@ def carves_device_tables(output_kind, m_rows: int, splits) -> bool:
 def carves_amax(output_kind, m_rows: int, splits) -> bool:
     """Whether a call's computed amax is a part ("amax") of its outputs allocation: eager calls
     (``PackedOutputs``) with host splits and rows. An allocation costs 2-5 us of host time;
-    the result views the part on first use. Device splits need the amax as a tensor of its own
-    (the table kernel poisons it), the torch.library ops (``SeparateOutputs``) return it, and
-    without rows no kernel writes it (it is zeros)."""
+    the result views the part on first use. With device splits the table kernel poisons the
+    amax, so it must exist before the tables: NVFP4 carves both (``carves_device_tables``),
+    FP8 keeps an amax tensor of its own; the torch.library ops (``SeparateOutputs``) return
+    it, and without rows no kernel writes it (it is zeros)."""
     return output_kind is PackedOutputs and m_rows > 0 and not isinstance(splits, torch.Tensor)
 
 
