@@ -444,8 +444,10 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         out = checked()
     if rec.replayable(layout.m_rows):
         bases = [buf, stats, out, layout.tables if own else None]
-        _RECORDS.put(key, (replay.Replay(rec.launches, bases), outputs.spans, layout,
-                           tuple(out.shape)))  # fmt: skip
+        # a layout with its own tables is not kept: they may be a whole outputs buffer (device
+        # splits, NVFP4), which a reference here would hold as long as the record
+        _RECORDS.put(key, (replay.Replay(rec.launches, bases), outputs.spans,
+                           None if own else layout, tuple(out.shape)))  # fmt: skip
     return out
 
 

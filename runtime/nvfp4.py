@@ -270,7 +270,7 @@ def nvfp4_group_quantize(
         record.launch((x, amax, outputs.buf, rng_state, device_splits))
         tables = spans.get("tables")
         if tables is not None:  # device splits: this call's tables, in its outputs buffer
-            layout = groups.device_layout(outputs.buf, layout.num_groups, layout.m_rows, tables[0])
+            layout = groups.device_layout(outputs.buf, *layout, tables[0])
         return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                            swizzled_scales, fast_math)  # fmt: skip
     m_rows, n_cols, num_groups, splits, amax, rng_state, arch = check_quantize(
@@ -287,7 +287,10 @@ def nvfp4_group_quantize(
         device_splits = replay.device_splits(splits)
         bases = [x, amax, outputs.buf, rng_state, device_splits]
         record = replay.Replay(rec.launches, bases, rec.scratch)
-        _RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans, layout))
+        # a device-split layout's tables are its call's outputs buffer: the record keeps
+        # (G, M) only, not a reference that would hold that buffer as long as the record
+        kept = (layout.num_groups, m_rows) if "tables" in outputs.spans else layout
+        _RECORDS.put(key, (record, outputs.buf.numel(), outputs.spans, kept))
     return _result(x, outputs, amax, layout, rng_state, rht, columnwise, sign_mask,
                    swizzled_scales, fast_math)  # fmt: skip
 

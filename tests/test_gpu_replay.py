@@ -326,3 +326,25 @@ def test_dequantize_of_a_first_sighting_result_is_replayed(columnwise):
         with poisoned_outputs(), _NoChecks():
             got = dq(r)
         assert torch.equal(_bytes(got), _bytes(want))
+
+
+def test_records_do_not_hold_results_alive():
+    """A device-split NVFP4 call's tables live in its outputs buffer: neither the quantize
+    record nor the record of its dequantize may keep that buffer (a whole result) alive."""
+    import gc
+    import weakref
+
+    gen = torch.Generator().manual_seed(3)
+    host = random_splits(6, 384, gen, zero_at=("middle",))
+    splits = torch.tensor(host, dtype=torch.int32, device="cuda")
+    x = grouped_input(host, N_COLS, gen)
+    refs = []
+    for _ in range(3):  # checked and recorded, then replayed
+        res = cutequant.nvfp4_group_quantize(x, splits)
+        for columnwise in (False, True):
+            dequant.nvfp4_group_dequantize(res, columnwise=columnwise)
+            dequant.nvfp4_group_dequantize(res, columnwise=columnwise)  # recorded or replayed
+        refs.append(weakref.ref(res._outputs.buf))
+        del res
+    gc.collect()
+    assert all(r() is None for r in refs)
