@@ -434,9 +434,9 @@ class DequantizeSpec(KernelSpec):
     # default, is left out of the key: those kernels keep their keys and sources)
     col_tokens: int = 64
     # DEQUANT_COL_RINGS: 0, the whole tile staged in shared memory (32 KB at 256 tokens: 6 CTAs
-    # per SM); 8 / 10, 256-token tiles staged one 64-token sub-tile at a time through a ring of
+    # per SM); 8, 256-token tiles staged one 64-token sub-tile at a time through a ring of
     # two sub-tile buffers (16 KB: the registers, not shared memory, bound the CTAs per SM),
-    # compiled for 8 / 10 CTAs per SM. 0 is left out of the key (those kernels keep their keys
+    # compiled for 8 CTAs per SM. 0 is left out of the key (those kernels keep their keys
     # and sources)
     col_ring: int = 0
     # NVFP4 compact scales, 256-token tiles: a lane loads one scale word (sub-tile q's 4 blocks)

@@ -293,7 +293,7 @@ def test_dequantize_col_tokens_key():
 
 
 def test_dequantize_col_ring_key():
-    """``col_ring`` 0 (the default) stays out of the key; 8 / 10 are other kernels, of
+    """``col_ring`` 0 (the default) stays out of the key; 8 is another kernel, of
     256-token columnwise tiles only."""
     base = S.DequantizeSpec(columnwise=True, col_tokens=256)
     assert "col_ring" not in base.key()

@@ -1,7 +1,7 @@
 """GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
 (bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
 columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile; 256 also
-with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8 / 10, and the NVFP4 scale words,
+with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, and the NVFP4 scale words,
 ``dequant.COLUMNWISE_SCALE_WORDS``); tests
 parametrized rowwise only run once."""
 

@@ -7,7 +7,7 @@ graph replay), checking first that every side gives the same bits on every op an
   ``--values 64,256`` picks sides. About 2 minutes on an H200, compiles included;
 * ``--ab ring``: the 256-token tiles' staging (``dequant.COLUMNWISE_RING``, a compile variant;
   the tile length is pinned to 256 for every op): the whole 32 KB tile vs a ring of two 64-token
-  sub-tile buffers (16 KB) with registers bounded for 8 / 10 CTAs per SM;
+  sub-tile buffers (16 KB) with registers bounded for 8 CTAs per SM;
 * ``--ab scales``: the 256-token NVFP4 tiles' scale loads (``dequant.COLUMNWISE_SCALE_WORDS``,
   a compile variant; compact scales only, FP8 sides are the same kernel; the tile length pinned
   to 256 as for ``ring``): one LDG.U8 per 16 tokens vs one word per lane and column group plus
