@@ -215,6 +215,12 @@ class GroupAmaxSpec(_RhtMma, KernelSpec):
     in_dtype: str = "bf16"
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=6))
     rht_mma: str = "auto"
+    # "" (the tables are given) or the dtype of device split sizes ("int32", "int64") from
+    # which every CTA builds the call's tables at its head (kernels/tables.py), so that a
+    # device-split call needs no table kernel. Left out of the key when "".
+    device_splits: str = ""
+
+    DEVICE_SPLITS: ClassVar[tuple[str, ...]] = ("", "int32", "int64")
 
     def uses_rht_mma(self) -> bool:
         return self.rht
@@ -227,6 +233,19 @@ class GroupAmaxSpec(_RhtMma, KernelSpec):
             raise ValueError(f"in_dtype must be one of {IN_DTYPES}, got {self.in_dtype!r}")
         if self.rht and self.in_dtype != "bf16":
             raise ValueError("the RHT amax is defined for bf16 input only")
+        if self.device_splits not in self.DEVICE_SPLITS:
+            raise ValueError(
+                f"device_splits must be one of {self.DEVICE_SPLITS}, got {self.device_splits!r}"
+            )
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not out["device_splits"]:
+            del out["device_splits"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "device_splits": self.device_splits}
 
     def supported_archs(self) -> tuple[str, ...]:
         if not self.rht:

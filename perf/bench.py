@@ -171,13 +171,15 @@ def nvfp4_bytes(splits, n_cols, rowwise=True, columnwise=True):
     return total
 
 
-def bench_nvfp4(case, gen, with_amax_pass, **opts):
-    """Time nvfp4_group_quantize; without the amax pass the amax is precomputed (kernel only)."""
+def bench_nvfp4(case, gen, with_amax_pass, device_splits=False, **opts):
+    """Time nvfp4_group_quantize; without the amax pass the amax is precomputed (kernel only).
+    ``device_splits``: the splits as an int32 CUDA tensor (the amax pass builds the tables)."""
     import cutequant
 
     n_cols, splits, xs = make_inputs(case, gen)
     if with_amax_pass:
-        calls = [lambda x=x: cutequant.nvfp4_group_quantize(x, splits, **opts) for x in xs]
+        s = torch.tensor(splits, dtype=torch.int32, device="cuda") if device_splits else splits
+        calls = [lambda x=x: cutequant.nvfp4_group_quantize(x, s, **opts) for x in xs]
     else:
         amaxes = [torch.stack(cutequant.group_amax(x, splits)) for x in xs]
         calls = [
@@ -190,14 +192,20 @@ def bench_nvfp4(case, gen, with_amax_pass, **opts):
     return _rotating(calls), nbytes
 
 
-def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise=True):
+def bench_fp8(
+    case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise=True, device_splits=False
+):
     """fp8_group_quantize (rowwise + columnwise unless told). "delayed" is the cast kernel alone
-    (it also records the amax); "current" adds the grouped amax pass (x read twice)."""
+    (it also records the amax); "current" adds the grouped amax pass (x read twice).
+    ``device_splits``: the splits as an int32 CUDA tensor."""
     import cutequant
 
-    n_cols, splits, xs = make_inputs(case, gen)
+    n_cols, host_splits, xs = make_inputs(case, gen)
+    splits = host_splits
+    if device_splits:
+        splits = torch.tensor(host_splits, dtype=torch.int32, device="cuda")
     xs = [x.to(dtype) for x in xs]
-    scale = torch.full((len(splits),), 3.0, device="cuda")
+    scale = torch.full((len(host_splits),), 3.0, device="cuda")
     opts = dict(
         scaling=scaling,
         scale=scale if scaling == "delayed" else None,
@@ -205,7 +213,7 @@ def bench_fp8(case, gen, scaling, dtype=torch.bfloat16, rowwise=True, columnwise
         columnwise=columnwise,
     )
     calls = [lambda x=x: cutequant.fp8_group_quantize(x, splits, **opts) for x in xs]
-    m = sum(splits)
+    m = sum(host_splits)
     nbytes = m * n_cols * (xs[0].element_size() + int(rowwise) + int(columnwise))
     if scaling == "current":
         nbytes += m * n_cols * xs[0].element_size()
@@ -358,6 +366,7 @@ OPS = {
     "nvfp4_quantize_swizzled": lambda c, g: bench_nvfp4(c, g, False, swizzled_scales=True),
     "nvfp4_quantize_fastmath": lambda c, g: bench_nvfp4(c, g, False, fast_math=True),
     "nvfp4_quantize+amax": lambda c, g: bench_nvfp4(c, g, True),
+    "nvfp4_quantize+amax_device_splits": lambda c, g: bench_nvfp4(c, g, True, True),
     "nvfp4_quantize+amax_estimated": lambda c, g: bench_nvfp4(
         c, g, True, amax_estimation_scale=2.0
     ),
@@ -372,6 +381,7 @@ OPS = {
     "fp8_cast_rowwise_only": lambda c, g: bench_fp8(c, g, "delayed", columnwise=False),
     "fp8_cast_columnwise_only": lambda c, g: bench_fp8(c, g, "delayed", rowwise=False),
     "fp8_current(amax+cast)": lambda c, g: bench_fp8(c, g, "current"),
+    "fp8_current_device_splits": lambda c, g: bench_fp8(c, g, "current", device_splits=True),
     "fp8_torch_compile_ref": bench_fp8_torch_compile_reference,
     "nvfp4_dequantize_row": lambda c, g: bench_nvfp4_dequantize(c, g),
     "nvfp4_dequantize_row_swizzled": lambda c, g: bench_nvfp4_dequantize(c, g, swizzled=True),

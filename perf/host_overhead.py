@@ -308,10 +308,15 @@ def _breakdown_ops(x, splits, amax) -> dict:
         "2D weights, stacked [E, 64, N]": lambda: cutequant.nvfp4_quantize_weights_2d(w),
         "2D weights fake-quant": lambda: cutequant.nvfp4_fake_quantize_weights_2d(w),
         "2D weights, given amax": lambda: cutequant.nvfp4_quantize_weights_2d(w, amax=w_amax),
-        # device-resident splits (an int32 CUDA tensor): replayed with the table kernel
+        # device-resident splits (an int32 CUDA tensor): the amax pass builds the tables; the
+        # calls without one launch the table kernel first
         "group_amax, device splits": lambda: cutequant.group_amax(x, dev_splits),
         "nvfp4 (amax pass), device splits": lambda: cutequant.nvfp4_group_quantize(x, dev_splits),
+        "nvfp4 (given amax), device splits": lambda: cutequant.nvfp4_group_quantize(
+            x, dev_splits, amax=amax
+        ),
         "fp8 current, device splits": lambda: cutequant.fp8_group_quantize(x, dev_splits),
+        "fake-quant rows, device splits": lambda: cutequant.nvfp4_fake_quantize(x, dev_splits),
     }
 
 

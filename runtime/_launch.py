@@ -141,6 +141,8 @@ def run_grouped(
     """Launch a grouped kernel. Every one takes (x, M, N, tables, G, row tiles, ...kernel's own
     arguments..., grid size); ``layout`` is the call's ``groups.GroupLayout``, ``tables`` a
     replacement for its tables (``layout.tile_tables``)."""
+    if layout.pending_tables is not None:  # only the amax pass may run first (it builds them)
+        raise RuntimeError("internal: a kernel would read device-split tables not yet built")
     run(
         spec,
         x,

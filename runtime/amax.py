@@ -87,11 +87,14 @@ def run_group_amax(x, splits, m_rows, num_groups, rht, sign_mask, arch, carve=Fa
         words = at // 4 + groups.device_tables_words(num_groups)
         amax = _launch.output_allocator((words,), torch.float32, x.device)
         layout = groups.prepare_groups(
-            splits, m_rows, x.device, (amax.data_ptr(), 2 * num_groups), into=(amax, at)
-        )
+            splits, m_rows, x.device, (amax.data_ptr(), 2 * num_groups), into=(amax, at),
+            defer_tables=True,
+        )  # fmt: skip
     else:
         amax = new_amax(2, num_groups, m_rows, x.device)
-        layout = groups.prepare_groups(splits, m_rows, x.device, poison=amax, validated=True)
+        layout = groups.prepare_groups(
+            splits, m_rows, x.device, poison=amax, validated=True, defer_tables=True
+        )
     launch_group_amax(
         x, layout, amax, rht=rht, sign_mask=sign_mask, arch=arch, in_dtype=IN_DTYPES[x.dtype]
     )
@@ -191,6 +194,11 @@ def launch_group_amax(
         resident = l2_resident(dev, num_ctas) if cast_walk_band is not None else 0
         hit = _LAUNCH_FACTS[key] = (spec, num_ctas, _launch.ptr(counter, 8), resident)
     spec, num_ctas, counter_addr, resident = hit
+    pending = layout.pending_tables
+    if pending is not None:  # device splits: this pass builds the tables (kernels/tables.py)
+        spec = _with_device_splits(spec, pending[0])
+        layout.pending_tables = None
+        layout.tables_by_amax_pass = True
     _launch.run_grouped(
         spec,
         _launch.ptr(x),
@@ -203,9 +211,17 @@ def launch_group_amax(
         float(col_scale),
         resident,
         layout.early_level(),
+        *(() if pending is None else pending[1:]),
         num_ctas=num_ctas,
         stream=stream,
     )
+    if pending is not None:
+        groups.sync_check(layout)
+
+
+@functools.cache
+def _with_device_splits(spec: GroupAmaxSpec, dtype: str) -> GroupAmaxSpec:
+    return dataclasses.replace(spec, device_splits=dtype)
 
 
 # (device, stream, arch, rht, dtype, band, rht_mma) -> (spec, grid, launch counter address,

@@ -53,11 +53,18 @@ def _hopper_specs() -> list[S.KernelSpec]:
     arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []
     out += _variants(S.GroupTablesSpec, arch, splits_int64=(False, True))
-    out += _variants(S.GroupAmaxSpec, arch, rht=(True,))
-    out += _variants(S.GroupAmaxSpec, arch, rht=(False,), in_dtype=S.IN_DTYPES)
+    # each also building a device-split call's tables itself (int32 / int64 splits)
+    dsplits = S.GroupAmaxSpec.DEVICE_SPLITS
+    out += _variants(S.GroupAmaxSpec, arch, rht=(True,), device_splits=dsplits)
+    out += _variants(
+        S.GroupAmaxSpec, arch, rht=(False,), in_dtype=S.IN_DTYPES, device_splits=dsplits
+    )
     # the amax pass of FP8 current scaling with a transposed output walks like that cast kernel
     whole_group = dataclasses.replace(S.GroupAmaxSpec().plan, walk_band=S.WHOLE_GROUP_BAND)
-    out += _variants(S.GroupAmaxSpec, arch, rht=(False,), in_dtype=S.IN_DTYPES, plan=(whole_group,))
+    out += _variants(
+        S.GroupAmaxSpec, arch, rht=(False,), in_dtype=S.IN_DTYPES, plan=(whole_group,),
+        device_splits=dsplits,
+    )  # fmt: skip
     for rowwise, columnwise in ((True, True), (True, False), (False, True)):
         for rht in (True, False) if columnwise else (False,):
             out += _variants(

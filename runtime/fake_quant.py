@@ -78,7 +78,9 @@ def _amax_and_layout(x, splits, amax, num_groups: int, rht: bool, sign_mask: int
         return groups.prepare_groups(splits, m_rows, dev, tile_records=True), amax.clone()
     amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
     amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
-    layout = groups.prepare_groups(splits, m_rows, dev, poison=amax_buf, tile_records=True)
+    layout = groups.prepare_groups(
+        splits, m_rows, dev, poison=amax_buf, tile_records=True, defer_tables=True
+    )
     launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch, stream=stream)
     return layout, amax_buf
 

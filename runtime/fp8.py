@@ -140,9 +140,10 @@ def fp8_group_quantize(
         amax = None if amax_shape is None else _launch.output_allocator(amax_shape, _F32, dev)
         outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = replay.device_splits(splits)
-        fresh = record.launch((x, amax, outputs.buf, scale, device_splits))
-        if fresh:  # device splits: this call's tables, in the replay's fresh buffer
-            layout = groups.device_layout(fresh[0], layout.num_groups, layout.m_rows)
+        record.launch((x, amax, outputs.buf, scale, device_splits))
+        tables = spans.get("tables")
+        if tables is not None:  # device splits: this call's tables, in its outputs buffer
+            layout = groups.device_layout(outputs.buf, *layout, tables[0])
         return Fp8GroupedTensor(
             n_cols=x.shape[1], fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
         )
@@ -159,7 +160,10 @@ def fp8_group_quantize(
         bases = [x, amax, outputs.buf, scale, device_splits]
         record = replay.Replay(rec.launches, bases, rec.scratch)
         amax_shape = None if amax is None else tuple(amax.shape)
-        entry = (record, amax_shape, outputs.buf.numel(), outputs.spans, layout)
+        # a device-split layout's tables are its call's outputs buffer: the record keeps
+        # (G, M) only, not a reference that would hold that buffer as long as the record
+        kept = (layout.num_groups, m_rows) if "tables" in outputs.spans else layout
+        entry = (record, amax_shape, outputs.buf.numel(), outputs.spans, kept)
         _RECORDS.put(key, entry)
     return Fp8GroupedTensor(
         n_cols=n_cols, fp8_dtype=fp8_dtype, outputs=outputs, amax=amax, layout=layout
@@ -242,6 +246,26 @@ def output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise: bool, columnwis
     }
 
 
+_PARTS: dict = {}  # (M, N, G, dtype, directions, amax rows, packed, carve) -> parts
+
+
+def _parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows, packed, carve):
+    """``output_parts`` of a call (cached), with the computed amax (``packed``) and a
+    device-split call's snapshot and tables (``carve``) as parts of the one allocation."""
+    key = (m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows, packed, carve)
+    parts = _PARTS.get(key)
+    if parts is None:
+        parts = output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
+        if packed:
+            parts["amax"] = ((amax_rows, num_groups), torch.float32)
+        if carve:
+            parts["tables"] = ((groups.device_tables_words(num_groups),), torch.int32)
+        if len(_PARTS) > 1024:
+            _PARTS.clear()
+        _PARTS[key] = parts
+    return parts
+
+
 def run_fp8_quantize(
     x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise, columnwise,
     amax_epsilon, force_pow2_scales, output_kind,
@@ -254,17 +278,27 @@ def run_fp8_quantize(
     # written by the amax pass (current scaling; rows = row and, unused here, col amax) or by the
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
     amax_rows = 1 if delayed else 2
-    packed = groups.carves_amax(output_kind, m_rows, splits)
+    # device splits: the snapshot and tables are parts of the outputs allocation too
+    carve = groups.carves_device_tables(output_kind, m_rows, splits)
+    packed = carve or groups.carves_amax(output_kind, m_rows, splits)
     amax = None if packed else new_amax(amax_rows, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)
-    layout = groups.prepare_groups(
-        splits, m_rows, dev, poison=amax, tile_records=tile, validated=True
-    )
-    parts = output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
-    if packed:
-        parts["amax"] = ((amax_rows, num_groups), torch.float32)
-    outputs = output_kind.allocate(parts, dev)
+    parts = _parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows,
+                   packed, carve)  # fmt: skip
+    if carve:  # the outputs' sizes do not depend on the split values: allocate first
+        outputs = output_kind.allocate(parts, dev)
+        layout = groups.prepare_groups(
+            splits, m_rows, dev, poison=(outputs.addr("amax", 0), amax_rows * num_groups),
+            tile_records=tile, validated=True, into=(outputs.buf, outputs.spans["tables"][0]),
+            defer_tables=not delayed,
+        )  # fmt: skip
+    else:
+        layout = groups.prepare_groups(
+            splits, m_rows, dev, poison=amax, tile_records=tile, validated=True,
+            defer_tables=not delayed,
+        )  # fmt: skip
+        outputs = output_kind.allocate(parts, dev)
     amax_addr = outputs.addr("amax", 0) if packed else _launch.ptr(amax, 4)
     stream = _launch.raw_stream(dev)
     if tile:

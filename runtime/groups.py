@@ -9,7 +9,9 @@ tables are cached per (splits, device), so a repeated call costs one dictionary 
 Device splits (int32 / int64 CUDA tensor) are turned into tables by a
 one-warp kernel into a buffer of the call's own (which its result keeps), with no host
 synchronization; that kernel also validates them and, on bad splits, zeroes the tile count so
-that no kernel writes anything (see ``GroupLayout.check``).
+that no kernel writes anything (see ``GroupLayout.check``). When the call's first kernel is the
+amax pass, that pass builds the tables itself and the table kernel is not launched
+(``prepare_groups(..., defer_tables=True)``, ``GroupLayout.pending_tables``).
 """
 
 from __future__ import annotations
@@ -206,6 +208,15 @@ class GroupLayout:
     per_call_tables: bool = False
     # device splits: byte offset of the snapshot in ``tables`` (-1: ``snapshot_view`` or none)
     snapshot_at: int = -1
+    # device splits, ``prepare_groups(defer_tables=True)``: the table kernel was not launched;
+    # the amax pass must build the tables: (its spec's ``device_splits`` dtype, then the
+    # splits, snapshot and poison addresses and the poison count, its extra arguments).
+    # ``launch_group_amax`` takes it (and sets ``tables_by_amax_pass``); nothing else may read
+    # the tables before that launch
+    pending_tables: tuple | None = None
+    # the tables are written by the amax pass itself, so the kernel after it may not read them
+    # before its wait for that pass (``early_level``)
+    tables_by_amax_pass: bool = False
 
     @property
     def snapshot(self) -> torch.Tensor | None:
@@ -229,7 +240,7 @@ class GroupLayout:
         pass; the table lookups when the tables came from the host cache (copied once,
         synchronously, never written again); else nothing."""
         if after_amax_pass:
-            return pdl.EARLY_X
+            return pdl.EARLY_NONE if self.tables_by_amax_pass else pdl.EARLY_X
         if self.host_totals is not None and not self.per_call_tables:
             return pdl.EARLY_TABLES
         return pdl.EARLY_NONE
@@ -430,6 +441,7 @@ def prepare_groups(
     tile_records: bool = False,
     validated: bool = False,
     into=None,
+    defer_tables: bool = False,
 ) -> GroupLayout:
     """Validate ``splits`` against ``m_rows`` and return the device lookup tables.
 
@@ -438,7 +450,9 @@ def prepare_groups(
 
     ``poison`` (fp32, device; a tensor or (address, count)): outputs set to NaN if device-side
     validation fails. ``into``: device splits only, (tensor, byte offset) where the call's
-    tables go (``_device_groups``).
+    tables go (``_device_groups``). ``defer_tables``: the caller launches the amax pass next
+    (``amax.launch_group_amax``), which then builds a device-split call's tables instead of a
+    table kernel (up to ``DEFERRED_TABLES_MAX_GROUPS`` groups; ``layout.pending_tables``).
     ``tile_records``: with host splits, also ``layout.tile_tables`` (the tables followed by
     ``host_tile_records``), built once per cached split list and cached with the tables (a
     first call's own tables have none: ``row_tiles`` is -1 and the kernels search the tables).
@@ -448,7 +462,7 @@ def prepare_groups(
     repeated list costs one dictionary lookup.
     """
     if isinstance(splits, torch.Tensor) and splits.is_cuda:
-        return _device_groups(splits, m_rows, device, poison, into)
+        return _device_groups(splits, m_rows, device, poison, into, defer_tables)
     entry = None
     cacheable = validated or (
         isinstance(splits, (list, tuple)) and _checks.plain_int_splits(splits)
@@ -559,8 +573,14 @@ def _with_tile_records(host: torch.Tensor, device: torch.device) -> torch.Tensor
     return persistent(device, lambda: _upload(buf, device))
 
 
+# Most groups whose tables the amax pass builds itself (``defer_tables``): every CTA scans the
+# splits with one warp, 32 groups per step, before its first tile; more groups keep the table
+# kernel (one warp, once).
+DEFERRED_TABLES_MAX_GROUPS = 512
+
+
 def _device_groups(
-    splits: torch.Tensor, m_rows: int, device: torch.device, poison, into=None
+    splits: torch.Tensor, m_rows: int, device: torch.device, poison, into=None, defer=False
 ) -> GroupLayout:
     check_splits(splits, m_rows)
     if splits.device != device:
@@ -569,7 +589,6 @@ def _device_groups(
         replay.taint()  # a copy a replay would not make
     splits = splits.contiguous()
     num_groups = splits.numel()
-    stream = _launch.raw_stream(device)
     # one buffer per call: the snapshot (row starts, status), then the [4, G + 1] tables on a
     # 16-byte boundary; the call's result keeps it, so no later call can overwrite its tables.
     # ``into``: (the call's outputs allocation, byte offset) to write it in (its "tables" part,
@@ -583,24 +602,35 @@ def _device_groups(
         poison = (buf.data_ptr() + at, 0)
     elif isinstance(poison, torch.Tensor):
         poison = (_launch.ptr(poison, 4), poison.numel())
+    splits_addr = _launch.ptr(splits, splits.element_size())
+    layout = device_layout(buf, num_groups, m_rows, at)
+    if defer and m_rows > 0 and num_groups <= DEFERRED_TABLES_MAX_GROUPS:
+        dtype = "int64" if splits.dtype == torch.int64 else "int32"
+        layout.pending_tables = (dtype, splits_addr, buf.data_ptr() + at, *poison)
+        return layout
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
     )
     _launch.run(
         spec,
-        _launch.ptr(splits, splits.element_size()),
+        splits_addr,
         num_groups,
         m_rows,
-        buf.data_ptr() + at + 4 * _device_tables_at(num_groups),
+        layout.tables_addr(),
         buf.data_ptr() + at,
         *poison,
-        stream=stream,
+        stream=_launch.raw_stream(device),
     )
-    layout = device_layout(buf, num_groups, m_rows, at)
+    sync_check(layout)
+    return layout
+
+
+def sync_check(layout: GroupLayout) -> None:
+    """With ``CUTEQUANT_SYNC_CHECKS=1``: raise now if the device-split call's tables (just
+    launched) flagged bad splits (synchronizes)."""
     if os.environ.get("CUTEQUANT_SYNC_CHECKS", "0") == "1":
         replay.taint()  # a replay would not check
         layout.check()
-    return layout
 
 
 def _device_tables_at(num_groups: int) -> int:
@@ -759,10 +789,10 @@ def carves_device_tables(output_kind, m_rows: int, splits) -> bool:
 def carves_amax(output_kind, m_rows: int, splits) -> bool:
     """Whether a call's computed amax is a part ("amax") of its outputs allocation: eager calls
     (``PackedOutputs``) with host splits and rows. An allocation costs 2-5 us of host time;
-    the result views the part on first use. With device splits the table kernel poisons the
-    amax, so it must exist before the tables: NVFP4 carves both (``carves_device_tables``),
-    FP8 keeps an amax tensor of its own; the torch.library ops (``SeparateOutputs``) return
-    it, and without rows no kernel writes it (it is zeros)."""
+    the result views the part on first use. With device splits the table kernel (or the amax
+    pass that builds the tables) poisons the amax, so it must exist before the tables: NVFP4
+    and FP8 carve both (``carves_device_tables``); the torch.library ops (``SeparateOutputs``)
+    return it, and without rows no kernel writes it (it is zeros)."""
     return output_kind is PackedOutputs and m_rows > 0 and not isinstance(splits, torch.Tensor)
 
 

@@ -414,11 +414,14 @@ def run_quantize(
                                               None, packed, carve), dev)  # fmt: skip
         poison = (outputs.addr("amax", 0), 2 * num_groups) if packed else None
         into = (outputs.buf, outputs.spans["tables"][0])
-        layout = groups.prepare_groups(splits, m_rows, dev, poison, validated=True, into=into)
+        layout = groups.prepare_groups(
+            splits, m_rows, dev, poison, validated=True, into=into, defer_tables=computed
+        )
     else:
         layout = groups.prepare_groups(
-            splits, m_rows, dev, poison=amax if computed else None, validated=True
-        )
+            splits, m_rows, dev, poison=amax if computed else None, validated=True,
+            defer_tables=computed,
+        )  # fmt: skip
         parts = _parts(
             m_rows, n_cols, num_groups, rowwise, columnwise, layout.host_totals, packed, False
         )

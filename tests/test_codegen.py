@@ -82,6 +82,8 @@ def _perturbations(spec):
             candidates = [dataclasses.replace(value, stages=value.stages + 1)]
         elif f.name == "rht_mma":  # "wgmma" is sm_90a's "auto": the same spec
             candidates = [m for m in ("auto", "mma_sync") if m != value]
+        elif f.name == "device_splits":
+            candidates = [d for d in S.GroupAmaxSpec.DEVICE_SPLITS if d != value]
         else:
             raise AssertionError(f"no perturbation rule for field {f.name}")
         for c in candidates:

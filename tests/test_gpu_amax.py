@@ -64,6 +64,39 @@ def test_group_amax_device_splits(dtype, rng):
     _check(x, splits, True, device_splits=torch.tensor(splits, dtype=dtype, device="cuda"))
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("num_groups", [1, 33, 300, 600])
+def test_device_splits_tables_built_by_the_amax_pass(dtype, num_groups, rng, monkeypatch):
+    """Device splits: up to groups.DEFERRED_TABLES_MAX_GROUPS the amax pass builds the tables
+    itself (one launch: every CTA scans the splits), above it the table kernel runs first; both
+    give the reference's bits and the snapshot (row starts, status) the result's views use."""
+    from cutequant import _launch, groups
+
+    zero_at = ("front", "middle", "end") if num_groups >= 3 else ()  # x keeps rows
+    splits = random_splits(num_groups, None, rng, zero_at=zero_at)
+    x = grouped_input(splits, 256, rng)
+    assert x.shape[0] > 0  # without rows no amax pass runs (the table kernel checks the splits)
+    dev = torch.tensor(splits, dtype=dtype, device="cuda")
+    families = []
+    real_run = _launch.run
+
+    def counting_run(spec, *args, stream):
+        families.append(spec.family)
+        return real_run(spec, *args, stream=stream)
+
+    monkeypatch.setattr(_launch, "run", counting_run)
+    for rht in (True, False):
+        families.clear()
+        _check(x, splits, rht, device_splits=dev)
+        deferred = num_groups <= groups.DEFERRED_TABLES_MAX_GROUPS
+        assert families == (["group_amax"] if deferred else ["group_tables", "group_amax"])
+    families.clear()
+    q = cutequant.nvfp4_group_quantize(x, dev)
+    assert families == (["group_amax", "nvfp4_quantize"] if deferred else
+                        ["group_tables", "group_amax", "nvfp4_quantize"])  # fmt: skip
+    assert q.splits == tuple(splits)  # the snapshot, written by CTA 0 of the amax pass
+
+
 def test_group_amax_sign_mask_and_16_row_groups(rng):
     splits = [16, 48, 0, 80, 16, 32]
     x = grouped_input(splits, 384, rng)
