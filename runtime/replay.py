@@ -139,11 +139,14 @@ class Replay:
             dev = bases[0].device
             fresh = [torch.empty(n, dtype=d, device=dev) for n, d in self.scratch]
             bases = (*bases, *fresh)
+        # each base's address once per call (a data_ptr() call costs ~0.15-0.3 us; a record's
+        # launches address the same bases several times)
+        addrs = [0 if b is None else b.data_ptr() for b in bases]
         for fn, args, slots, stream in self.launches:
             if slots:
                 args = args.copy()
                 for i, b, off in slots:
-                    args[i] = bases[b].data_ptr() + off
+                    args[i] = addrs[b] + off
             fn(*args, stream)
         return fresh
 
