@@ -576,20 +576,34 @@ class FakeQuantColsSpec(KernelSpec):
     # after the tile landed), kept for A/B on the GPU (runtime/fake_quant.py's COLS_LEGACY).
     # Left out of the key and the source when False, so the default kernels' keys stay put.
     legacy: bool = False
+    # True (stochastic only; issue 20, branch fq4): each warp's Philox words go through a
+    # per-warp shared buffer in the layout the lanes read (no quad transpose; slice 0's drawn
+    # while the tile's copies fly), and the SR floor is one fma.rz against p 2^22
+    # (``fake_quant.e2m1_sr_value_rz``); runtime/fake_quant.py's COLS_SR_STAGE. Left out of the
+    # key and the source when False, like ``legacy``.
+    sr_stage: bool = False
 
     def fields(self) -> dict:
         out = super().fields()
-        if not self.legacy:
-            out.pop("legacy")
+        for name in ("legacy", "sr_stage"):
+            if not getattr(self, name):
+                out.pop(name)
         return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "legacy": self.legacy}
+        return {
+            **super().render_fields(),
+            "tile_cols": self.TILE_COLS,
+            "legacy": self.legacy,
+            "sr_stage": self.sr_stage,
+        }
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+        if self.sr_stage and (self.legacy or not self.stochastic):
+            raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
