@@ -606,6 +606,17 @@ class FakeQuantColsSpec(KernelSpec):
             raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
 
 
+def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
+    ``all_specs``: nothing precompiles them): the columnwise SR kernel with staged random words
+    (``FakeQuantColsSpec.sr_stage``), per output dtype. tests/test_compile.py compiles them,
+    tests/test_codegen.py lints them."""
+    return [
+        FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
+        for out_dtype in ("bf16", "f16")
+    ]
+
+
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
     ask for; ``cutequant.cli.all_specs`` includes them."""
