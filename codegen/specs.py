@@ -547,6 +547,19 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
     # kernel before issue 20 (runtime/fake_quant.py's ROWS_SR_LEGACY); False: the SR e2m1 value
     # in fp32 (``fake_quant.e2m1_sr_value``) times sf and S_dec
     legacy: bool = False
+    # True (stochastic, non-legacy; issue 20, branch fq4): the SR floor as one fma.rz against
+    # p 2^22 (``fake_quant.e2m1_sr_value_rz``, as FakeQuantColsSpec.sr_stage);
+    # runtime/fake_quant.py's ROWS_SR_RZ. Left out of the key and the source when False.
+    sr_rz: bool = False
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not self.sr_rz:
+            del out["sr_rz"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "sr_rz": self.sr_rz}
 
     def __post_init__(self):
         super().__post_init__()
@@ -554,6 +567,8 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
         if self.legacy and not self.stochastic:
             raise ValueError("legacy: only the stochastic rowwise kernel has a legacy form")
+        if self.sr_rz and (self.legacy or not self.stochastic):
+            raise ValueError("sr_rz: only the stochastic (non-legacy) rowwise kernel")
 
 
 @dataclass(frozen=True)
@@ -609,12 +624,16 @@ class FakeQuantColsSpec(KernelSpec):
 def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
     ``all_specs``: nothing precompiles them): the columnwise SR kernel with staged random words
-    (``FakeQuantColsSpec.sr_stage``), per output dtype. tests/test_compile.py compiles them,
+    (``FakeQuantColsSpec.sr_stage``) and the rowwise SR kernel with the fma.rz floor
+    (``FakeQuantRowsSpec.sr_rz``), per output dtype. tests/test_compile.py compiles them,
     tests/test_codegen.py lints them."""
-    return [
-        FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
-        for out_dtype in ("bf16", "f16")
-    ]
+    out: list[KernelSpec] = []
+    for out_dtype in ("bf16", "f16"):
+        out.append(
+            FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
+        )
+        out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True))
+    return out
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:

@@ -37,6 +37,9 @@ ROWS_SR_LEGACY = False
 # fma.rz SR floor (FakeQuantColsSpec.sr_stage, issue 20 / branch fq4), for the same A/B; the
 # RN and legacy kernels ignore it
 COLS_SR_STAGE = False
+# True: the stochastic rowwise kernel with the fma.rz SR floor (FakeQuantRowsSpec.sr_rz, branch
+# fq4); ignored by the RN and legacy rowwise kernels
+ROWS_SR_RZ = False
 
 
 def _check_fake_quantize(
@@ -118,7 +121,8 @@ def nvfp4_fake_quantize_rows_impl(
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
         legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
-        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy)
+        sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
+        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz)
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -189,9 +193,11 @@ def nvfp4_fake_quantize_columnwise_impl(
 
 @functools.cache
 def _rows_spec(
-    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False
+    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False, sr_rz: bool = False
 ) -> FakeQuantRowsSpec:
-    return FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy)
+    return FakeQuantRowsSpec(
+        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_rz=sr_rz
+    )
 
 
 @functools.cache
@@ -313,7 +319,7 @@ def nvfp4_fake_quantize(
             rng_state, amax, out_dtype,
         )  # fmt: skip
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
-             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE)  # fmt: skip
+             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE, ROWS_SR_RZ)  # fmt: skip
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

@@ -119,6 +119,13 @@ def test_fake_quant_sr_stage_key_and_rules():
     for bad in (dict(stochastic=False), dict(legacy=True)):
         with pytest.raises(ValueError, match="sr_stage"):
             S.FakeQuantColsSpec(**{"stochastic": True, "sr_stage": True, **bad})
+    rows = S.FakeQuantRowsSpec(stochastic=True)  # the rowwise kernel's sr_rz, alike
+    rows_rz = dataclasses.replace(rows, sr_rz=True)
+    assert "sr_rz" not in rows.key() and rows_rz.key() != rows.key()
+    assert "e2m1_sr_value_rz" in render(rows_rz) and "e2m1_sr_value_rz" not in render(rows)
+    for bad in (dict(stochastic=False), dict(legacy=True)):
+        with pytest.raises(ValueError, match="sr_rz"):
+            S.FakeQuantRowsSpec(**{"stochastic": True, "sr_rz": True, **bad})
 
 
 def test_runtime_values_are_not_in_the_key():

@@ -21,12 +21,14 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
-@pytest.fixture(params=[False, True], ids=["rows-new", "rows-legacy"])
+@pytest.fixture(params=["new", "legacy", "sr-rz"], ids=lambda p: f"rows-{p}")
 def rows_legacy(request, monkeypatch):
-    """Both stochastic rowwise kernels (issue 20's SR value path and the code-and-decode one
-    before it, FakeQuantRowsSpec.legacy); the RN kernel has one form."""
-    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param)
-    return request.param
+    """The stochastic rowwise kernels (issue 20's SR value path, the code-and-decode one before
+    it, FakeQuantRowsSpec.legacy, and the fma.rz floor, FakeQuantRowsSpec.sr_rz); the RN kernel
+    has one form. Truthy for the non-default kernels (RN tests skip them)."""
+    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
+    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param == "sr-rz")
+    return request.param != "new"
 
 
 @pytest.fixture(params=[False, True], ids=["2d-new", "2d-legacy"])
