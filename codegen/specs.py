@@ -566,6 +566,19 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
     # kernel before issue 20 (runtime/fake_quant.py's ROWS_SR_LEGACY); False: the SR e2m1 value
     # in fp32 (``fake_quant.e2m1_sr_value``) times sf and S_dec
     legacy: bool = False
+    # True (stochastic, non-legacy; issue 20, branch fq4): the SR floor as one fma.rz against
+    # p 2^22 (``fake_quant.e2m1_sr_value_rz``, as FakeQuantColsSpec.sr_stage);
+    # runtime/fake_quant.py's ROWS_SR_RZ. Left out of the key and the source when False.
+    sr_rz: bool = False
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not self.sr_rz:
+            del out["sr_rz"]
+        return out
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "sr_rz": self.sr_rz}
 
     def __post_init__(self):
         super().__post_init__()
@@ -573,6 +586,8 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
         if self.legacy and not self.stochastic:
             raise ValueError("legacy: only the stochastic rowwise kernel has a legacy form")
+        if self.sr_rz and (self.legacy or not self.stochastic):
+            raise ValueError("sr_rz: only the stochastic (non-legacy) rowwise kernel")
 
 
 @dataclass(frozen=True)
@@ -595,20 +610,49 @@ class FakeQuantColsSpec(KernelSpec):
     # after the tile landed), kept for A/B on the GPU (runtime/fake_quant.py's COLS_LEGACY).
     # Left out of the key and the source when False, so the default kernels' keys stay put.
     legacy: bool = False
+    # True (stochastic only; issue 20, branch fq4): each warp's Philox words go through a
+    # per-warp shared buffer in the layout the lanes read (no quad transpose; slice 0's drawn
+    # while the tile's copies fly), and the SR floor is one fma.rz against p 2^22
+    # (``fake_quant.e2m1_sr_value_rz``); runtime/fake_quant.py's COLS_SR_STAGE. Left out of the
+    # key and the source when False, like ``legacy``.
+    sr_stage: bool = False
 
     def fields(self) -> dict:
         out = super().fields()
-        if not self.legacy:
-            out.pop("legacy")
+        for name in ("legacy", "sr_stage"):
+            if not getattr(self, name):
+                out.pop(name)
         return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "legacy": self.legacy}
+        return {
+            **super().render_fields(),
+            "tile_cols": self.TILE_COLS,
+            "legacy": self.legacy,
+            "sr_stage": self.sr_stage,
+        }
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+        if self.sr_stage and (self.legacy or not self.stochastic):
+            raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
+
+
+def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
+    ``all_specs``: nothing precompiles them): the columnwise SR kernel with staged random words
+    (``FakeQuantColsSpec.sr_stage``) and the rowwise SR kernel with the fma.rz floor
+    (``FakeQuantRowsSpec.sr_rz``), per output dtype. tests/test_compile.py compiles them,
+    tests/test_codegen.py lints them."""
+    out: list[KernelSpec] = []
+    for out_dtype in ("bf16", "f16"):
+        out.append(
+            FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
+        )
+        out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True))
+    return out
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:

@@ -418,6 +418,12 @@ def mul_rz(a: Float32, b: Float32, *, loc=None, ip=None) -> Float32:
     return _f32_op("mul.rz.f32 $0, $1, $2;", (a, b), loc, ip)
 
 
+@dsl_user_op
+def fma_rz(a: Float32, b: Float32, c: Float32, *, loc=None, ip=None) -> Float32:
+    """Fused a*b+c rounded once toward zero, subnormals kept (the SR floor of the fake-quant)."""
+    return _f32_op("fma.rz.f32 $0, $1, $2, $3;", (a, b, c), loc, ip)
+
+
 @cute.jit
 def global_encode_scale(amax: Float32) -> Float32:
     """S_enc = fmin(f32(2688 / amax), FLT_MAX); 1 when amax == 0 or the result is 0 (amax inf)."""

@@ -35,6 +35,7 @@ from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import dequant as dq
 from cutequant.kernels import device as dev
+from cutequant.kernels import stochastic as sr
 
 RHT_MAGIC = 4194304.0  # 2^22: p * 2^22 has the ulp of the e2m1 step of [p, 2p) (p = 1, 2, 4)
 SR_GRID_SCALE = 2.0**-126
@@ -72,6 +73,29 @@ def b_indices(lane, h, reg):
     n = lane >> 2
     k = 2 * q + 8 * reg
     return (a_token(k), a_token(k + 1)), 4 * (n >> 1) + 2 * h + (n & 1)
+
+
+# Random words of stochastic rounding through shared memory (``FakeQuantColsSpec.sr_stage``):
+# per slice a warp draws 64 Philox calls (16 columns x 4 blocks), lane (gq, q) those of block q
+# of columns gq and gq + 8, and lane (gq, q) needs word q of every block of its two columns (its
+# tokens 4q .. 4q + 3). The writer of block b stores word e of both columns (one 8-byte store)
+# where reader (gq, e) loads them at block b: reader offsets are lane * 8 + b * RAND_BLOCK_BYTES
+# (a warp's 8-byte loads contiguous, conflict-free); writer offsets q * RAND_BLOCK_BYTES + 32 gq
+# + 8 e. A block row of 256 bytes padded to 264 puts the writers' 16 lanes of each half-warp on
+# 16 distinct 8-byte bank pairs (q + 4 gq + e mod 16) instead of 4-way conflicts.
+RAND_BLOCK_BYTES = 264
+RAND_WARP_BYTES = 4 * RAND_BLOCK_BYTES
+
+
+def rand_write_offset(lane, e):
+    """Byte offset (in the warp's buffer) of word e of both columns of the block that ``lane``
+    draws (block q = lane % 4, columns gq, gq + 8 with gq = lane // 4)."""
+    return (lane & 3) * RAND_BLOCK_BYTES + (lane >> 2) * 32 + 8 * e
+
+
+def rand_read_offset(lane, blk):
+    """Byte offset of the two words (columns gq, gq + 8) ``lane`` reads for block ``blk``."""
+    return lane * 8 + blk * RAND_BLOCK_BYTES
 
 
 # ------------------------------------------------------------------------------ instructions
@@ -244,3 +268,27 @@ def e2m1_sr_value(s: Float32, rb: Float32) -> Float32:
     floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
     mag = dq.mul_rn(dev.bits_f32(floor), Float32(SR_GRID_UNSCALE))  # exact, subnormals kept
     return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
+
+
+def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
+    """``e2m1_sr_value`` with the floor as one fma.rz: for t = fma(rb, p, a) (TE's one
+    rounding, as before) rz(p 2^22 + t) - p 2^22 is t floored to a multiple of p / 2, the e2m1
+    step of a's binade: p 2^22 + t stays in [p 2^22, p 2^23) (t < 2.5 p), whose ulp is p / 2.
+    That floor is the grid floor of t even where t left a's binade (t < 2.5 below 2 -> 2, t < 5
+    below 4 -> 4, t < 8 from 4 on -> 4 or 6, TE's clamp at 6). Three FMA-pipe ops instead of
+    FMUL.RZ + LOP3 + FMUL (tests/test_e2m1_value.py checks it against the rz-product floor)."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
+    p = _unit_scale(a)
+    t = dev.fma_rn(rb, p, a)
+    floor = dev.fma_rz(p, Float32(RHT_MAGIC), t)
+    mag = dev.fma_rn(p, Float32(-RHT_MAGIC), floor)  # exact
+    return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
+
+
+def stage_random_words(buf: Int32, lane: Int32, block_ids: list, rng: tuple):
+    """Draw this lane's two Philox calls (``block_ids``: Int64 ids of block q of columns gq and
+    gq + 8) and store each word e where lane (gq, e) reads it (``rand_write_offset``)."""
+    words = [sr.block_random_words(i, 1, rng) for i in block_ids]
+    base = buf + rand_write_offset(lane, 0)
+    for e in range(4):
+        dev.store_shared_v2(base + 8 * e, [words[0][e], words[1][e]])

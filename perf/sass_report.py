@@ -17,6 +17,11 @@ device-split search count too).
 
     python perf/sass_report.py [--out DIR] [--family group_amax] [--match stochastic=True]
                                [--col-tokens 128] [--loops] [--body] [--cuobjdump PATH]
+                               [--set sr_stage=True]
+
+``--set FIELD=VALUE`` (repeatable): compile the A/B variants that are not in ``all_specs``,
+e.g. ``--family fake_quant_cols --match stochastic=True --set sr_stage=True``: the field is
+replaced in every selected spec that has it (specs it does not validate for are skipped).
 """
 
 from __future__ import annotations
@@ -154,6 +159,23 @@ def _pipes(ops: collections.Counter) -> str:
     return " ".join(f"{k}={out[k]}" for k in ("alu", "fma", "imad", "rest"))
 
 
+def _with_fields(spec, assignments):
+    """``spec`` with FIELD=VALUE assignments applied, None where a field is missing or the
+    result does not validate."""
+    import ast
+
+    changes = {}
+    for item in assignments:
+        name, _, value = item.partition("=")
+        if not hasattr(spec, name):
+            return None
+        changes[name] = ast.literal_eval(value)
+    try:
+        return dataclasses.replace(spec, **changes)
+    except ValueError:
+        return None
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--out", default=None)
@@ -179,6 +201,7 @@ def main(argv=None) -> int:
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
+    p.add_argument("--set", action="append", default=[], help="FIELD=VALUE (Python literal)")
     args = p.parse_args(argv)
     if not args.cuobjdump:
         print("cuobjdump not found: run this on a GPU host or pass --cuobjdump")
@@ -199,6 +222,10 @@ def main(argv=None) -> int:
                 spec = dataclasses.replace(spec, col_scale_words=True)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
+        if args.set:
+            spec = _with_fields(spec, args.set)
+            if spec is None:
+                continue
         d = out / jit.entry_name(spec)
         d.mkdir(exist_ok=True)
         compiled = jit.compile_spec(spec, "--keep-cubin")

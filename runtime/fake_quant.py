@@ -33,6 +33,13 @@ COLS_LEGACY = False
 # True: the stochastic rowwise kernel before issue 20 (codes packed and decoded;
 # FakeQuantRowsSpec.legacy), for the same A/B; the RN rowwise kernel has one form
 ROWS_SR_LEGACY = False
+# True: the stochastic columnwise kernel with its Philox words staged in shared memory and the
+# fma.rz SR floor (FakeQuantColsSpec.sr_stage, issue 20 / branch fq4), for the same A/B; the
+# RN and legacy kernels ignore it
+COLS_SR_STAGE = False
+# True: the stochastic rowwise kernel with the fma.rz SR floor (FakeQuantRowsSpec.sr_rz, branch
+# fq4); ignored by the RN and legacy rowwise kernels
+ROWS_SR_RZ = False
 
 
 def _check_fake_quantize(
@@ -116,7 +123,8 @@ def nvfp4_fake_quantize_rows_impl(
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
         legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
-        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy)
+        sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
+        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz)
         rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -156,7 +164,8 @@ def nvfp4_fake_quantize_columnwise_impl(
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
-    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY)
+    sr_stage = COLS_SR_STAGE and bool(stochastic_rounding) and not COLS_LEGACY
+    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage)
     stream = _launch.raw_stream(dev)
     layout, amax_col = _amax_and_layout(x, splits, amax, num_groups, rht, sign_mask, arch, stream)
     if amax is None:
@@ -186,16 +195,20 @@ def nvfp4_fake_quantize_columnwise_impl(
 
 @functools.cache
 def _rows_spec(
-    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False
+    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False, sr_rz: bool = False
 ) -> FakeQuantRowsSpec:
-    return FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy)
+    return FakeQuantRowsSpec(
+        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_rz=sr_rz
+    )
 
 
 @functools.cache
 def _cols_spec(
-    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False
+    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False, sr_stage: bool = False
 ) -> FakeQuantColsSpec:
-    return FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy)
+    return FakeQuantColsSpec(
+        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_stage=sr_stage
+    )
 
 
 # ------------------------------------------------------------------------------ STE Linear
@@ -308,7 +321,7 @@ def nvfp4_fake_quantize(
             rng_state, amax, out_dtype,
         )  # fmt: skip
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
-             COLS_LEGACY, ROWS_SR_LEGACY)  # fmt: skip
+             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE, ROWS_SR_RZ)  # fmt: skip
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

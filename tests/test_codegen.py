@@ -44,7 +44,7 @@ def test_variant_inventory():
     assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
 
 
-@pytest.mark.parametrize("spec", ALL, ids=lambda s: s.describe())
+@pytest.mark.parametrize("spec", ALL + S.fake_quant_ab_variants(), ids=lambda s: s.describe())
 def test_rendered_module_is_plain_python(spec):
     src = render(spec)
     compile(src, module_name(spec), "exec")
@@ -56,7 +56,9 @@ def test_rendered_module_is_plain_python(spec):
 def test_rendered_modules_are_lint_clean(tmp_path):
     if shutil.which("ruff") is None:
         pytest.skip("ruff not installed")
-    for spec in (s for arch in S.ARCHS for s in cli.all_specs(arch)):  # Blackwell renders too
+    specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
+    specs += S.fake_quant_ab_variants()  # the A/B variants a module flag selects
+    for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(
         ["ruff", "check", "--select", "F,E9,B", "--no-cache", str(tmp_path)],
@@ -106,6 +108,26 @@ def test_every_field_changes_the_keys(spec):
         assert jit.entry_key(other) != jit.entry_key(spec), name
         assert module_name(other) != module_name(spec), name
     assert seen >= 1
+
+
+def test_fake_quant_sr_stage_key_and_rules():
+    """``FakeQuantColsSpec.sr_stage``: off leaves the default kernels' keys alone, on changes
+    key and source; only the stochastic, non-legacy kernel has it."""
+    base = S.FakeQuantColsSpec(stochastic=True)
+    staged = dataclasses.replace(base, sr_stage=True)
+    assert "sr_stage" not in base.key() and staged.key() != base.key()
+    assert module_name(staged) != module_name(base)
+    assert "stage_random_words" in render(staged) and "stage_random_words" not in render(base)
+    for bad in (dict(stochastic=False), dict(legacy=True)):
+        with pytest.raises(ValueError, match="sr_stage"):
+            S.FakeQuantColsSpec(**{"stochastic": True, "sr_stage": True, **bad})
+    rows = S.FakeQuantRowsSpec(stochastic=True)  # the rowwise kernel's sr_rz, alike
+    rows_rz = dataclasses.replace(rows, sr_rz=True)
+    assert "sr_rz" not in rows.key() and rows_rz.key() != rows.key()
+    assert "e2m1_sr_value_rz" in render(rows_rz) and "e2m1_sr_value_rz" not in render(rows)
+    for bad in (dict(stochastic=False), dict(legacy=True)):
+        with pytest.raises(ValueError, match="sr_rz"):
+            S.FakeQuantRowsSpec(**{"stochastic": True, "sr_rz": True, **bad})
 
 
 def test_runtime_values_are_not_in_the_key():

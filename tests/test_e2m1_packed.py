@@ -195,6 +195,26 @@ def test_sr_random_byte_magic():
     assert np.array_equal(lo, want) and np.array_equal(hi, want)
 
 
+def test_sr_random_byte_prmt():
+    """``stochastic.random_bytes_f32_prmt``: byte k of the word into byte 0 of BYTE_MAGIC
+    (PRMT selector 0x765k: result byte 0 from the word's byte k, bytes 1-3 from the magic's)
+    minus 2^14 is byte k / 512 exactly, for every byte at every position."""
+    from cutequant.kernels import stochastic as sr
+
+    assert sr.BYTE_MAGIC & 0xFF == 0
+    b = np.arange(256, dtype=U32)
+    for k in range(4):
+        word = b << U32(8 * k) | U32(0x5A5A5A5A & ~(0xFF << (8 * k)))  # other bytes: noise
+        sel = 0x7650 | k
+        got_bits = np.zeros_like(word)
+        for i in range(4):  # PTX prmt: result byte i = byte (sel >> 4 i) & 7 of {magic, word}
+            src = (sel >> (4 * i)) & 7
+            byte = (word >> U32(8 * src)) if src < 4 else (U32(sr.BYTE_MAGIC) >> U32(8 * (src - 4)))
+            got_bits |= (byte & U32(0xFF)) << U32(8 * i)
+        got = got_bits.view(np.float32) - np.float32(16384.0)
+        assert np.array_equal(got, b.astype(np.float32) / np.float32(512))
+
+
 def _sr_floor_code(t):
     """``stochastic.e2m1_sr_code_bits``'s floor: bits(rz(t * 2^-126)) >> 22, emulated (t >= 1:
     an exponent shift; t < 1: the subnormal mantissa floor(t * 2^23): units of 2^-149)."""

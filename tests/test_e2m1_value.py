@@ -15,6 +15,8 @@ tests/test_e2m1_value.py -k full``. The GPU runs the real instructions over all 
 tests/test_gpu_e2m1_exhaustive.py.
 """
 
+import os
+
 import numpy as np
 import torch
 from test_e2m1_packed import special_patterns, sweep_tests
@@ -89,6 +91,94 @@ def test_sr_value_floor():
     step = np.where(tf < 2, 0.5, np.where(tf < 4, 1.0, 2.0)).astype(np.float32)
     want = np.fmin(np.floor(tf / step) * step, np.float32(6.0))
     assert np.array_equal(got, want)
+
+
+def _rz126_value(t: np.ndarray) -> np.ndarray:
+    """``e2m1_sr_value``'s floor of t (fp32, [0, 8)): rz(t 2^-126) & 0xFFC00000, times 2^126."""
+    tb = t.view(U32)
+    sub = (np.floor(t.astype(np.float64) * 2.0**23).astype(np.int64)).astype(U32)
+    rz = np.where(t >= 1, tb - U32(126 << 23), sub)
+    return (rz & U32(0xFFC00000)).view(np.float32) * np.float32(2.0**126)
+
+
+def _fma_rz_value(t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """``e2m1_sr_value_rz``'s floor: rz(p 2^22 + t) - p 2^22. The exact sum lies in [p 2^22,
+    p 2^23) (asserted), where fp32's ulp is p / 2, so rounding toward zero is p 2^22 + floor(t /
+    (p / 2)) (p / 2), done exactly in float64; the subtraction is exact."""
+    m = p.astype(np.float64) * 2.0**22
+    t64 = t.astype(np.float64)
+    assert bool(np.all(t64 < m)), "p 2^22 + t left the binade"
+    half = p.astype(np.float64) / 2
+    return ((m + np.floor(t64 / half) * half) - m).astype(np.float32)
+
+
+def _reachable(t: np.ndarray):
+    """(t, p) for every p under which t = fma(rb, p, a) can occur: p = 1 (a < 2) gives t <
+    2 + 255/512, p = 2 (2 <= a < 4) t in [2, 5), p = 4 (4 <= a <= 6) t in [4, 8)."""
+    ts, ps = [], []
+    for p, lo, hi in ((1, 0.0, 2.5), (2, 2.0, 5.0), (4, 4.0, 8.0)):
+        sel = t[(t >= lo) & (t < hi)]
+        ts.append(sel)
+        ps.append(np.full(sel.shape, p, np.float32))
+    return np.concatenate(ts), np.concatenate(ps)
+
+
+def _edges():
+    """fp32 t within 300 ulps of every grid point, binade edge and 2.5 p bound in [0, 8]."""
+    points = [0.0, 0.5, 1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 0.25, 0.125]
+    bits = np.array([np.float32(v).view(U32) for v in points], np.int64)
+    out = (bits[:, None] + np.arange(-300, 301)[None, :]).reshape(-1)
+    out = out[(out >= 0) & (out < 0x41000000)].astype(U32)
+    return out.view(np.float32)
+
+
+def test_sr_value_rz_floor():
+    """``e2m1_sr_value_rz``: rz(p 2^22 + t) - p 2^22 equals ``e2m1_sr_value``'s floor (and so
+    TE's min(floor(t / step(t)) * step(t), 6), ``test_sr_value_floor``) for every p t can occur
+    with: stride 61 over every fp32 t in [0, 8) plus the edges; all of [2^-3, 8) with
+    CUTEQUANT_E2M1_FULL=1 (below 2^-3 both are 0 for every p)."""
+    stride = np.arange(0, 0x41000000, 61, dtype=np.int64).astype(U32).view(np.float32)
+    chunks = [stride, _edges()]
+    if os.environ.get("CUTEQUANT_E2M1_FULL"):
+        lo, end = int(np.float32(0.125).view(U32)), 0x41000000
+        for a in range(lo, end, 1 << 24):
+            chunks.append(np.arange(a, min(a + (1 << 24), end), dtype=np.int64).astype(U32))
+            chunks[-1] = chunks[-1].view(np.float32)
+    for t in chunks:
+        tt, pp = _reachable(t)
+        assert np.array_equal(_fma_rz_value(tt, pp), _rz126_value(tt))
+
+
+def _sr_values(s: np.ndarray, byte: np.ndarray, floor) -> np.ndarray:
+    """The SR value path on fp32 ``s`` (x * enc) and random bytes: a = min(|s|, 6) (NaN -> 6),
+    p, t = RN(a + (byte / 512) p) (the product is exact, so numpy's add is the fma's one
+    rounding), the floor, then s's sign bit; returns bit patterns."""
+    with np.errstate(invalid="ignore"):
+        a = np.fmin(np.abs(s), np.float32(6.0))
+    p = (np.maximum(a.view(U32), U32(0x3F800000)) & U32(0x7F800000)).view(np.float32)
+    t = (a + (byte.astype(np.float32) / np.float32(512)) * p).astype(np.float32)
+    mag = floor(t, p)
+    return mag.view(U32) | (s.view(U32) & U32(0x80000000))
+
+
+def test_sr_value_rz_equals_the_rz126_value():
+    """The whole per-value SR step, old floor against the fma.rz floor, bit for bit: specials,
+    the grid / binade edges scaled into every binade of [2^-3, 6] and 2^15 random patterns,
+    each with every random byte, both signs."""
+    gen = np.random.default_rng(1)
+    s = np.concatenate([
+        special_patterns().view(np.float32),
+        _edges(),
+        gen.integers(0, 2**32, 2**15, dtype=np.uint64).astype(U32).view(np.float32),
+        (gen.random(2**14) * 7).astype(np.float32),
+    ])  # fmt: skip
+    s = np.concatenate([s, -s])
+    byte = np.arange(256, dtype=U32)
+    ss = np.repeat(s, 256)
+    bb = np.tile(byte, s.size)
+    old = _sr_values(ss, bb, lambda t, p: _rz126_value(t))
+    new = _sr_values(ss, bb, _fma_rz_value)
+    assert np.array_equal(old, new)
 
 
 def test_value_times_sf_then_s_dec_is_the_dequantize():

@@ -142,3 +142,28 @@ def test_quad_transpose():
     )
     for b in range(4):  # lane L's out[b] = lane (quad base + b)'s element L & 3
         assert np.array_equal(out[b], (LANES & ~3) * 100 + b * 100 + (LANES & 3))
+
+
+def test_staged_random_words_reach_their_readers_without_conflicts():
+    """``FakeQuantColsSpec.sr_stage``: lane (gq, q) draws block q of columns gq, gq + 8 and
+    stores word e of both (one 8-byte store) at ``rand_write_offset(lane, e)``; lane (gq, q)
+    then loads, per block blk, ``rand_read_offset(lane, blk)``: word q of block blk of its two
+    columns (the bytes of its tokens 4q .. 4q + 3), what ``quad_transpose`` handed it. The
+    8-byte accesses of each half-warp hit 16 distinct 8-byte bank pairs (one wavefront each),
+    and the warp's buffer holds ``RAND_WARP_BYTES``."""
+    buf = {}
+    for lane in range(32):
+        gq, q = lane >> 2, lane & 3
+        for e in range(4):
+            off = fq.rand_write_offset(lane, e)
+            assert off % 8 == 0 and off + 8 <= fq.RAND_WARP_BYTES and off not in buf
+            buf[off] = ((gq, q, e), (gq + 8, q, e))  # (column, block, word) of the two words
+    for lane in range(32):
+        gq, q = lane >> 2, lane & 3
+        for blk in range(4):
+            assert buf[fq.rand_read_offset(lane, blk)] == ((gq, blk, q), (gq + 8, blk, q))
+    for half in (range(16), range(16, 32)):
+        for e in range(4):
+            assert len({fq.rand_write_offset(lane, e) // 8 % 16 for lane in half}) == 16
+        for blk in range(4):
+            assert len({fq.rand_read_offset(lane, blk) // 8 % 16 for lane in half}) == 16

@@ -21,12 +21,14 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
-@pytest.fixture(params=[False, True], ids=["rows-new", "rows-legacy"])
+@pytest.fixture(params=["new", "legacy", "sr-rz"], ids=lambda p: f"rows-{p}")
 def rows_legacy(request, monkeypatch):
-    """Both stochastic rowwise kernels (issue 20's SR value path and the code-and-decode one
-    before it, FakeQuantRowsSpec.legacy); the RN kernel has one form."""
-    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param)
-    return request.param
+    """The stochastic rowwise kernels (issue 20's SR value path, the code-and-decode one before
+    it, FakeQuantRowsSpec.legacy, and the fma.rz floor, FakeQuantRowsSpec.sr_rz); the RN kernel
+    has one form. Truthy for the non-default kernels (RN tests skip them)."""
+    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
+    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param == "sr-rz")
+    return request.param != "new"
 
 
 @pytest.fixture(params=[False, True], ids=["2d-new", "2d-legacy"])
@@ -101,17 +103,25 @@ def test_rows_extremes(stochastic, rng, rows_legacy):
     assert_same_bits(y, want, "extremes")
 
 
-@pytest.fixture(params=[False, True], ids=["cols-new", "cols-legacy"])
-def cols_legacy(request, monkeypatch):
-    """Both columnwise kernels (issue 20's and the one before, FakeQuantColsSpec.legacy)."""
-    monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param)
+@pytest.fixture(params=["new", "legacy", "sr-stage"], ids=lambda p: f"cols-{p}")
+def cols_kernel(request, monkeypatch):
+    """The columnwise kernels: issue 20's, the one before (FakeQuantColsSpec.legacy) and the
+    SR kernel with staged random words (FakeQuantColsSpec.sr_stage, which RN calls ignore)."""
+    monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param == "legacy")
+    monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param == "sr-stage")
     return request.param
+
+
+def _skip_rn_sr_stage(cols_kernel, stochastic):
+    if cols_kernel == "sr-stage" and not stochastic:
+        pytest.skip("sr_stage is a stochastic-rounding variant (RN runs the default kernel)")
 
 
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise(rht, stochastic, device, rng, cols_legacy):
+def test_columnwise(rht, stochastic, device, rng, cols_kernel):
+    _skip_rn_sr_stage(cols_kernel, stochastic)
     splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=160)
     x = grouped_input(splits, 256, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -160,11 +170,12 @@ def _two_kernel_columnwise(x, splits, amax_col, rht, sign_mask, rng_state, out_d
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
 def test_columnwise_fused_equals_quantize_then_dequantize(
-    rht, stochastic, out_dtype, rng, cols_legacy
+    rht, stochastic, out_dtype, rng, cols_kernel
 ):
     """The fused kernel against the two kernels it replaced, and against the reference: N = 400
     (a partial 256-column tile, a 16-column piece), groups of 16..1000 rows (partial 64-row
     tiles), zero-token groups; sign mask 0xD7E8 and, with the RHT, 0 (all-positive column 0)."""
+    _skip_rn_sr_stage(cols_kernel, stochastic)
     splits = [48, 0, 1008, 16, 272, 0, 64, 528]
     x = grouped_input(splits, 400, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -183,8 +194,10 @@ def test_columnwise_fused_equals_quantize_then_dequantize(
         assert_same_bits(y, want, f"fused vs reference, mask {mask:#x}")
 
 
+@pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("case", ["one-group", "300-groups", "given-amax", "device-300"])
-def test_columnwise_groups_and_given_amax(case, rng, cols_legacy):
+def test_columnwise_groups_and_given_amax(case, stochastic, rng, cols_kernel):
+    _skip_rn_sr_stage(cols_kernel, stochastic)
     if case == "one-group":
         splits = [2048]
     else:
@@ -194,22 +207,26 @@ def test_columnwise_groups_and_given_amax(case, rng, cols_legacy):
     if case == "given-amax":
         amax = torch.rand(len(splits), generator=rng).cuda() * 100
     arg = torch.tensor(splits, device="cuda") if case == "device-300" else tuple(splits)
+    rng_state = _rng_state(rng) if stochastic else None
     with poisoned_outputs():
         y, a = fake_quant.nvfp4_fake_quantize_columnwise_impl(
-            x, arg, amax, True, 0xD7E8, False, None, torch.bfloat16
+            x, arg, amax, True, 0xD7E8, stochastic, rng_state, torch.bfloat16
         )
     want_amax = reference.group_amax(x, splits)[1] if amax is None else amax
     assert_same_bits(a, want_amax, "amax")
-    want = recipe_reference.nvfp4_fake_quantize_columnwise(x, splits, want_amax)
+    want = recipe_reference.nvfp4_fake_quantize_columnwise(
+        x, splits, want_amax, rng_state=rng_state
+    )
     assert_same_bits(y, want, case)
 
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise_extremes(rht, stochastic, rng, cols_legacy):
+def test_columnwise_extremes(rht, stochastic, rng, cols_kernel):
     """All-zero groups, +-bf16 max (saturated scales), NaN / inf entries (the NaN and inf
     groups' amax is NaN / inf), blocks whose scale rounds to 0 beside an outlier, and a given
     amax below the data's (values saturate at 6)."""
+    _skip_rn_sr_stage(cols_kernel, stochastic)
     splits = [64, 0, 64, 64, 32, 48]
     x = torch.zeros(272, 256, dtype=torch.bfloat16, device="cuda")
     big = torch.finfo(torch.bfloat16).max

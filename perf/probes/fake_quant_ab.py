@@ -2,6 +2,12 @@
 in one process (issue 20: >= 80% of the copy rate on an H200).
 
     python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
+    python perf/probes/fake_quant_ab.py --flag COLS_SR_STAGE [--ops ...]
+
+``--flag NAME[,NAME...]``: instead of the legacy switches, A/B a module flag (or several set
+together) of ``cutequant.fake_quant`` on every op given (default: the columnwise SR kernel):
+side "off" = the flags False (the default kernels), "on" = True; bits compared first on every
+case (the columnwise ops with and without the RHT), then timed alternately as below.
 
 For each op with a switch (``SWITCHES``: ``fake_quant.COLS_LEGACY``, the columnwise kernel;
 ``fake_quant.ROWS_SR_LEGACY``, the stochastic rowwise kernel; ``nvfp4_2d.LEGACY_2D``, the 2D
@@ -46,17 +52,21 @@ OPS = (
 
 
 def columnwise_outputs(case, sr: bool):
-    """The columnwise kernel's output (given amax, RHT) on the case's first input."""
+    """The columnwise kernel's outputs (given amax; with the RHT, then without) on the case's
+    first input, concatenated."""
     gen = torch.Generator().manual_seed(0)
     _, splits, xs = bench.make_inputs(case, gen)
     x = xs[0]
-    amax = cutequant.group_amax(x, splits)[1]
-    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda") if sr else None
-    y, _ = fake_quant.nvfp4_fake_quantize_columnwise_impl(
-        x, splits, amax, True, 0xD7E8, sr, rng, torch.bfloat16
-    )
+    out = []
+    for rht in (True, False):
+        amax = cutequant.group_amax(x, splits, rht=rht)[1]
+        rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda") if sr else None
+        y, _ = fake_quant.nvfp4_fake_quantize_columnwise_impl(
+            x, splits, amax, rht, 0xD7E8, sr, rng, torch.bfloat16
+        )
+        out.append(y)
     torch.cuda.synchronize()
-    return y
+    return torch.cat(out)
 
 
 def rows_sr_outputs(case):
@@ -95,15 +105,23 @@ def outputs(op, case):
     return weights_2d_outputs(case, op == "fake_quant_weights_2d")
 
 
+def _set(mod, flag, value: bool):
+    """Set one module flag, or each of a comma-separated list."""
+    for name in flag.split(","):
+        if not hasattr(mod, name):
+            raise SystemExit(f"{mod.__name__} has no flag {name}")
+        setattr(mod, name, value)
+
+
 def compare_bits(op, case) -> bool:
     mod, flag = SWITCHES[op]
     if op in QUANTIZE_2D_OPS[1:]:
         return True  # one 2D quantize comparison (rowwise + columnwise, compact) is enough
     outs = []
     for legacy in (False, True):
-        setattr(mod, flag, legacy)
+        _set(mod, flag, legacy)
         outs.append(outputs(op, case))
-    setattr(mod, flag, False)
+    _set(mod, flag, False)
     same = torch.equal(outs[0], outs[1])
     if not same:
         diff = (outs[0] != outs[1]).sum().item()
@@ -114,23 +132,34 @@ def compare_bits(op, case) -> bool:
 def time_op(op, case, legacy=None) -> float:
     if legacy is not None:
         mod, flag = SWITCHES[op]
-        setattr(mod, flag, legacy)
+        _set(mod, flag, legacy)
     try:
         fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
         return bench.graph_time_us(fn)
     finally:
         if legacy is not None:
-            setattr(mod, flag, False)
+            _set(mod, flag, False)
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--cases", default=",".join(bench.CASES))
-    p.add_argument("--ops", default=",".join(OPS))
+    p.add_argument("--ops", default=None, help=f"default: {','.join(OPS)}")
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--flag", default=None, help="A/B these fake_quant flags (comma-separated)")
     args = p.parse_args(argv)
     cases = args.cases.split(",")
-    ops = args.ops.split(",")
+    labels = ("new", "legacy")
+    if args.flag:
+        ops = (args.ops or "fake_quant_columnwise_kernel_sr").split(",")
+        for op in ops:
+            if not op.startswith("fake_quant_"):
+                raise SystemExit(f"--flag: {op} is not a fake_quant op")
+            SWITCHES[op] = (fake_quant, args.flag)
+        _set(fake_quant, args.flag, False)  # checks the names
+        labels = (f"{args.flag}=off", "on")
+    else:
+        ops = (args.ops or ",".join(OPS)).split(",")
     copy = bench.copy_bandwidth_gbps()
     print(f"copy: {copy:.0f} GB/s  ({torch.cuda.get_device_name()})")
     ok = True
@@ -138,7 +167,10 @@ def main(argv=None) -> int:
         if op in SWITCHES:
             for case in cases:
                 ok &= compare_bits(op, case)
-    print("bits: new == legacy on every switched op and case" if ok else "bits: MISMATCH")
+    same = f"bits: {labels[0]} == {labels[1]} on every switched op and case"
+    print(same if ok else "bits: MISMATCH")
+    if not ok:
+        return 1  # no timings of kernels that disagree
     for op in ops:
         for case in cases:
             _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
@@ -153,9 +185,13 @@ def main(argv=None) -> int:
                 old.append(time_op(op, case, True))
             a, b = statistics.median(new), statistics.median(old)
             print(
-                f"{op:34s} {case:24s} new {a:8.1f} us {pct(a):5.1f}%   "
-                f"legacy {b:8.1f} us {pct(b):5.1f}%   "
-                f"{100.0 * (b - a) / b:+5.1f}% time"
+                f"{op:34s} {case:24s} {labels[0]} {a:8.1f} us {pct(a):5.1f}%   "
+                f"{labels[1]} {b:8.1f} us {pct(b):5.1f}%   "
+                + (
+                    f"{100.0 * (a - b) / a:+5.1f}% less time {labels[1]}"
+                    if args.flag
+                    else f"{100.0 * (b - a) / b:+5.1f}% time"
+                )
             )
     return 0 if ok else 1
 
