@@ -642,16 +642,14 @@ class FakeQuantColsSpec(KernelSpec):
 
 def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
-    ``all_specs``: nothing precompiles them): the columnwise SR kernel with staged random words
-    (``FakeQuantColsSpec.sr_stage``) and the rowwise SR kernel with the fma.rz floor
-    (``FakeQuantRowsSpec.sr_rz``), per output dtype. tests/test_compile.py compiles them,
-    tests/test_codegen.py lints them."""
+    ``all_specs``: nothing precompiles them): the SR kernels as they were before the defaults
+    ``FakeQuantColsSpec.sr_stage`` (staged random words) and ``FakeQuantRowsSpec.sr_rz`` (the
+    fma.rz floor), per output dtype. tests/test_compile.py compiles them, tests/test_codegen.py
+    lints them."""
     out: list[KernelSpec] = []
     for out_dtype in ("bf16", "f16"):
-        out.append(
-            FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
-        )
-        out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True))
+        out.append(FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
+        out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
     return out
 
 
@@ -693,9 +691,17 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         out.append(
             DequantizeSpec(arch=arch, columnwise=True, transposed_out=True, out_dtype=out_dtype)
         )
-        for stochastic in (False, True):
-            out.append(FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
-            out.append(FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
+        for stochastic in (False, True):  # SR: the runtime's default forms (fake_quant flags)
+            out.append(
+                FakeQuantRowsSpec(
+                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_rz=stochastic
+                )
+            )
+            out.append(
+                FakeQuantColsSpec(
+                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic
+                )
+            )
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:

@@ -33,13 +33,15 @@ COLS_LEGACY = False
 # True: the stochastic rowwise kernel before issue 20 (codes packed and decoded;
 # FakeQuantRowsSpec.legacy), for the same A/B; the RN rowwise kernel has one form
 ROWS_SR_LEGACY = False
-# True: the stochastic columnwise kernel with its Philox words staged in shared memory and the
-# fma.rz SR floor (FakeQuantColsSpec.sr_stage, issue 20 / branch fq4), for the same A/B; the
-# RN and legacy kernels ignore it
-COLS_SR_STAGE = False
-# True: the stochastic rowwise kernel with the fma.rz SR floor (FakeQuantRowsSpec.sr_rz, branch
-# fq4); ignored by the RN and legacy rowwise kernels
-ROWS_SR_RZ = False
+# True (the default): the stochastic columnwise kernel with its Philox words staged in shared
+# memory and the fma.rz SR floor (FakeQuantColsSpec.sr_stage, issue 20 / branch fq4; H200 run
+# 41: 9-12% less time than without, bits identical); False for the A/B. The RN and legacy
+# kernels ignore it
+COLS_SR_STAGE = True
+# True (the default): the stochastic rowwise kernel with the fma.rz SR floor
+# (FakeQuantRowsSpec.sr_rz, branch fq4; H200 run 41: 1-2% less time); ignored by the RN and
+# legacy rowwise kernels
+ROWS_SR_RZ = True
 
 
 def _check_fake_quantize(

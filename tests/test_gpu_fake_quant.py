@@ -21,13 +21,14 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
-@pytest.fixture(params=["new", "legacy", "sr-rz"], ids=lambda p: f"rows-{p}")
+@pytest.fixture(params=["new", "legacy", "no-rz"], ids=lambda p: f"rows-{p}")
 def rows_legacy(request, monkeypatch):
-    """The stochastic rowwise kernels (issue 20's SR value path, the code-and-decode one before
-    it, FakeQuantRowsSpec.legacy, and the fma.rz floor, FakeQuantRowsSpec.sr_rz); the RN kernel
-    has one form. Truthy for the non-default kernels (RN tests skip them)."""
+    """The stochastic rowwise kernels (the default, with the fma.rz floor,
+    FakeQuantRowsSpec.sr_rz; the code-and-decode one before issue 20, FakeQuantRowsSpec.legacy;
+    and the SR value path without the fma.rz floor); the RN kernel has one form. Truthy for the
+    non-default kernels (RN tests skip them)."""
     monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
-    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param == "sr-rz")
+    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param == "new")
     return request.param != "new"
 
 
@@ -103,18 +104,19 @@ def test_rows_extremes(stochastic, rng, rows_legacy):
     assert_same_bits(y, want, "extremes")
 
 
-@pytest.fixture(params=["new", "legacy", "sr-stage"], ids=lambda p: f"cols-{p}")
+@pytest.fixture(params=["new", "legacy", "no-stage"], ids=lambda p: f"cols-{p}")
 def cols_kernel(request, monkeypatch):
-    """The columnwise kernels: issue 20's, the one before (FakeQuantColsSpec.legacy) and the
-    SR kernel with staged random words (FakeQuantColsSpec.sr_stage, which RN calls ignore)."""
+    """The columnwise kernels: the default (SR with staged random words,
+    FakeQuantColsSpec.sr_stage, which RN calls ignore), the one before issue 20
+    (FakeQuantColsSpec.legacy) and the SR kernel without the staged words."""
     monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param == "legacy")
-    monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param == "sr-stage")
+    monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param != "no-stage")
     return request.param
 
 
 def _skip_rn_sr_stage(cols_kernel, stochastic):
-    if cols_kernel == "sr-stage" and not stochastic:
-        pytest.skip("sr_stage is a stochastic-rounding variant (RN runs the default kernel)")
+    if cols_kernel == "no-stage" and not stochastic:
+        pytest.skip("sr_stage is a stochastic-rounding switch (RN runs the default kernel)")
 
 
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
