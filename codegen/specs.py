@@ -407,9 +407,11 @@ DEQUANT_DEFAULT_SCALE_WORDS = True
 # one CTA per tile, the default): 256-token ring tiles, each CTA walks the tiles round robin
 # and issues the next tile's loads before it stores the current one (perf/NOTES.md,
 # "persistent, software-pipelined CTA"; perf/probes/dequant_walk.py --ab persistent). Not
-# measured yet: off by default (runtime/dequant.py: COLUMNWISE_PERSISTENT).
-DEQUANT_COL_PERSISTS = (0, 4, 5, 6, 8)
-DEQUANT_DEFAULT_COL_PERSIST = 6  # what COLUMNWISE_PERSISTENT = True picks
+# measured yet: off by default (runtime/dequant.py: COLUMNWISE_PERSISTENT). Registers (sm_90a,
+# bf16): 128 at 4 CTAs per SM (no spills), 96 at 5 (none), 80 at 6 (2-60 spill instructions);
+# 8 (64 registers) spilled 70-110 and is not offered.
+DEQUANT_COL_PERSISTS = (0, 4, 5, 6)
+DEQUANT_DEFAULT_COL_PERSIST = 4  # what COLUMNWISE_PERSISTENT = True picks
 
 
 def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:

@@ -479,3 +479,34 @@ def load_global_b64(addr: Int64) -> Int64:
         cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=8), cute.make_layout(1)
     ).load()
     return v[0]
+
+
+# ------------------------------------------------------------------------------ persistent walk
+
+
+@cute.jit
+def walk_start(u: Int32, ctas: Int32, fast_n: Int32):
+    """A persistent CTA's walk over units ``u = slow * fast_n + fast``, ``ctas`` units a step
+    (the columnwise dequantize's ``col_persist``): (slow, fast) of unit ``u`` and the step's
+    (slow, fast) increments. Two divisions, once per CTA; ``walk_next`` then steps without any."""
+    n = cutlass.max(fast_n, 1)
+    slow = u // n
+    d_slow = ctas // n
+    return slow, u - slow * n, d_slow, ctas - d_slow * n
+
+
+@cute.jit
+def walk_next(slow: Int32, fast: Int32, d_slow: Int32, d_fast: Int32, fast_n: Int32):
+    """(slow, fast) of the unit ``ctas`` after (slow, fast) (``d_fast`` < ``fast_n``: one wrap)."""
+    fast = fast + d_fast
+    slow = slow + d_slow
+    if fast >= fast_n:
+        fast = fast - fast_n
+        slow = slow + 1
+    return slow, fast
+
+
+def walk_tile(slow: Int32, fast: Int32, walk: Int32):
+    """(256-token band, column tile) of a unit: ``walk`` 0, column tiles fastest (slow = band);
+    1, a column strip's bands one after the other (slow = column tile)."""
+    return slow + walk * (fast - slow), fast + walk * (slow - fast)
