@@ -275,6 +275,15 @@ def _check_fp8_dequantize(data, scale_inv, splits, n_cols, columnwise, out_dtype
 # ------------------------------------------------------------------------------ launch
 
 
+def persistent_ctas(tiles: int, sms: int, per_sm: int) -> int:
+    """CTAs of a persistent columnwise dequantize (``col_persist`` = ``per_sm``) for ``tiles``
+    256-token tiles (an upper bound with device splits): as few as give the fewest tiles per
+    CTA within ``per_sm`` CTAs per SM, so that every CTA walks the same number of tiles, or
+    one fewer (the kernel: CTA i takes tiles i, i + ctas, ...)."""
+    per_cta = max(-(-tiles // (sms * per_sm)), 1)
+    return -(-tiles // per_cta)
+
+
 def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, sign_mask):
     dev = data.device
     if isinstance(splits, groups.GroupLayout):
@@ -300,12 +309,8 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
     col_tiles = -(-n_cols // tile_cols)
     walk = spec.columnwise and not spec.transposed_out and COLUMNWISE_ROW_TILES_FIRST
     walk = walk and col_tiles < 1 << 16  # the grid's y extent
-    if spec.col_persist:
-        # persistent: as few CTAs as give the fewest tiles per CTA (at most col_persist per
-        # SM), passed as row_ctas: every CTA then has the same number of tiles, or one fewer
-        tiles = row_ctas * col_tiles
-        per_cta = -(-tiles // (_launch.sm_count(dev) * spec.col_persist))
-        row_ctas = -(-tiles // per_cta)
+    if spec.col_persist:  # the persistent grid's CTA count, passed as row_ctas
+        row_ctas = persistent_ctas(row_ctas * col_tiles, _launch.sm_count(dev), spec.col_persist)
     _launch.run(
         spec,
         _launch.ptr(data),
