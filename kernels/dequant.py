@@ -23,6 +23,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import device as dev
+from cutequant.kernels import pdl
 from cutequant.kernels import schedule as sched
 
 # e2m1 magnitude code (0..7) -> the same value as an e4m3 byte: 0, 0.5, 1, 1.5 | 2, 3, 4, 6
@@ -479,3 +480,107 @@ def load_global_b64(addr: Int64) -> Int64:
         cute.make_ptr(Int64, addr, cute.AddressSpace.gmem, assumed_align=8), cute.make_layout(1)
     ).load()
     return v[0]
+
+
+# ------------------------------------------------------------------------------ persistent walk
+
+
+@cute.jit
+def walk_start(u: Int32, ctas: Int32, fast_n: Int32):
+    """A persistent CTA's walk over units ``u = slow * fast_n + fast``, ``ctas`` units a step
+    (the columnwise dequantize's ``col_persist``): (slow, fast) of unit ``u`` and the step's
+    (slow, fast) increments. Two divisions, once per CTA; ``walk_next`` then steps without any."""
+    n = cutlass.max(fast_n, 1)
+    slow = u // n
+    d_slow = ctas // n
+    return slow, u - slow * n, d_slow, ctas - d_slow * n
+
+
+@cute.jit
+def walk_next(slow: Int32, fast: Int32, d_slow: Int32, d_fast: Int32, fast_n: Int32):
+    """(slow, fast) of the unit ``ctas`` after (slow, fast) (``d_fast`` < ``fast_n``: one wrap)."""
+    fast = fast + d_fast
+    slow = slow + d_slow
+    if fast >= fast_n:
+        fast = fast - fast_n
+        slow = slow + 1
+    return slow, fast
+
+
+def walk_tile(slow: Int32, fast: Int32, walk: Int32):
+    """(256-token band, column tile) of a unit: ``walk`` 0, column tiles fastest (slow = band);
+    1, a column strip's bands one after the other (slow = column tile)."""
+    return slow + walk * (fast - slow), fast + walk * (slow - fast)
+
+
+@cute.jit
+def persistent_walk(
+    tables: cute.Tensor,
+    num_groups: Int32,
+    row_tiles: Int32,
+    n_cols: Int32,
+    early: Int32,
+    walk: Int32,
+    tile_cols: cutlass.Constexpr,
+    subtiles: cutlass.Constexpr,
+    scale_row: cutlass.Constexpr,
+    idle: cutlass.Constexpr,
+    load: cutlass.Constexpr,
+    store: cutlass.Constexpr,
+):
+    """A persistent columnwise dequantize CTA (``DequantizeSpec.col_persist``): units = (band
+    of ``subtiles`` 64-row tiles, column tile of ``tile_cols``), numbered column tiles fastest
+    (``walk`` 0) or bands fastest (1); CTA i takes units i, i + ctas, ... Software-pipelined:
+    the next unit's ``find_tiles`` and ``load(where, col_tile)`` (every global load of the
+    unit, returned as registers) are issued before ``store(where, col_tile, state)`` decodes
+    and stores the current one, so a load round trip is always in flight. ``idle()``: the
+    loads' values of no unit. Host tables: the first unit's lookup before the PDL wait;
+    device splits: the band count from the tables' tile total (bad splits: 0, no unit)."""
+    bidx, _, _ = cute.arch.block_idx()
+    ctas, _, _ = cute.arch.grid_dim()
+    u = Int32(bidx)
+    col_tiles = (n_cols + tile_cols - 1) // tile_cols
+    bands = (row_tiles + subtiles - 1) // subtiles  # host splits (device: after the wait)
+    fast_n = col_tiles + walk * (bands - col_tiles)
+    slow, fast, d_slow, d_fast = walk_start(u, Int32(ctas), fast_n)
+    band, col_tile = walk_tile(slow, fast, walk)
+    early_lookup = early != pdl.EARLY_NONE
+    where = (Int32(0),) * (6 * subtiles)
+    if early_lookup:
+        if u < bands * col_tiles:
+            where = find_tiles(tables, num_groups, row_tiles, band * subtiles, scale_row, subtiles)
+    sched.wait_prior_grids()
+    if not early_lookup:
+        if row_tiles < 0:
+            bands = (tables[sched.ROWTILE_START, num_groups] + subtiles - 1) // subtiles
+            fast_n = col_tiles + walk * (bands - col_tiles)
+            slow, fast, d_slow, d_fast = walk_start(u, Int32(ctas), fast_n)
+            band, col_tile = walk_tile(slow, fast, walk)
+        if u < bands * col_tiles:
+            where = find_tiles(tables, num_groups, row_tiles, band * subtiles, scale_row, subtiles)
+    units = bands * col_tiles
+    state = idle()
+    if u < units:
+        state = load(split_tiles(where, subtiles), col_tile)
+    while u < units:
+        u_next = u + Int32(ctas)
+        slow, fast = walk_next(slow, fast, d_slow, d_fast, fast_n)
+        band_next, col_next = walk_tile(slow, fast, walk)
+        where_next = (Int32(0),) * (6 * subtiles)
+        state_next = idle()
+        if u_next < units:
+            # the next unit's lookup and loads first: they fly while this unit is stored
+            where_next = find_tiles(
+                tables, num_groups, row_tiles, band_next * subtiles, scale_row, subtiles
+            )
+            state_next = load(split_tiles(where_next, subtiles), col_next)
+        store(split_tiles(where, subtiles), col_tile, state)
+        u = u_next
+        col_tile = col_next
+        where = where_next
+        state = state_next
+
+
+def split_tiles(where, count: int) -> list:
+    """``find_tiles``' flat values -> ``where[b]`` (6 values) of each of ``count`` tiles."""
+    return [where[6 * b : 6 * b + 6] for b in range(count)]

@@ -415,3 +415,81 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
                 at = (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g]
                 want[at : at + rows // 16] = 1
         assert (scale_reads == want).all()
+
+
+def _walk_units(cta: int, ctas: int, col_tiles: int, bands: int, walk: int) -> list:
+    """The units (band, column tile) persistent CTA ``cta`` of ``ctas`` takes, in order, by the
+    template's ``persistent_walk`` formulas (``dq.walk_start`` / ``walk_next`` / ``walk_tile``
+    on Python ints)."""
+    fast_n = col_tiles + walk * (bands - col_tiles)
+    n = max(fast_n, 1)
+    slow, d_slow = cta // n, ctas // n
+    fast, d_fast = cta - slow * n, ctas - d_slow * n
+    units, u = [], cta
+    while u < bands * col_tiles:
+        assert 0 <= fast < n and slow * fast_n + fast == u  # the stepping is exact
+        units.append(dq.walk_tile(slow, fast, walk))
+        u += ctas
+        fast, slow = fast + d_fast, slow + d_slow
+        if fast >= fast_n:
+            fast, slow = fast - fast_n, slow + 1
+    return units
+
+
+PERSIST_SPLITS = {
+    "one-group": [4096],
+    "zero-front-middle-end": [0, 0, 272, 0, 1024, 16, 0, 528, 0],
+    "all-zero-but-one": [0, 0, 48, 0],
+    "all-zero": [0, 0, 0],
+    "uneven": [16, 48, 0, 64, 80, 144, 0, 0, 256, 32, 208, 112, 16, 0],
+    "300-groups": [random.Random(3).choice([0, 16, 48, 64, 112, 256, 400]) for _ in range(300)],
+}
+
+
+@pytest.mark.parametrize("walk", [0, 1])
+@pytest.mark.parametrize("out_dtype", ["bf16", "f32"])
+@pytest.mark.parametrize("case", sorted(PERSIST_SPLITS))
+def test_persistent_walk_writes_every_output_once(case, out_dtype, walk):
+    """The persistent columnwise dequantize (``DequantizeSpec.col_persist``): for grids of the
+    runtime's size (``dequant.persistent_ctas``: 132 SMs x 4 / 6, the device-split upper bound
+    of the tile count) and odd ones (1, 7, more CTAs than tiles), every CTA's walk
+    (``_walk_units``), each unit's ``find_tiles`` and store-out rows cover every output value
+    exactly once and every unit once; the loads and stores of a unit are the one-CTA-per-tile
+    kernel's (``test_columnwise_tiles_cover_groups``). Host and device splits walk the same
+    units: the kernel takes the band count from ``row_tiles`` or from the tables' tile total."""
+    from cutequant import dequant
+
+    splits = PERSIST_SPLITS[case]
+    spec = specs.DequantizeSpec(
+        columnwise=True, out_dtype=out_dtype, col_tokens=256, col_ring=8, col_persist=4
+    )
+    m = jit.load_module(spec)
+    assert m.CTAS_PER_SM == 4 and m.SUBTILES == 4
+    rows_total = sum(splits)
+    row_tiles = sum(-(-r // 64) for r in splits)
+    bands = -(-row_tiles // m.SUBTILES)
+    for n in (272, 4096):
+        col_tiles = -(-n // m.TILE_COLS)
+        upper = -(-(rows_total // 64 + len(splits)) // m.SUBTILES) * col_tiles  # device splits
+        grids = {
+            dequant.persistent_ctas(t, 132, k) for t in (bands * col_tiles, upper) for k in (4, 6)
+        }
+        for ctas in sorted(grids | {1, 7, bands * col_tiles + 5}):
+            writes = np.zeros((rows_total, n), np.int8)
+            seen = collections.Counter()
+            per_cta = []
+            for cta in range(ctas):
+                units = _walk_units(cta, ctas, col_tiles, bands, walk)
+                per_cta.append(len(units))
+                for band, col_tile in units:
+                    seen[band, col_tile] += 1
+                    where = _find_tiles(splits, m.SUBTILES * band, m.SUBTILES)
+                    col = col_tile * m.TILE_COLS
+                    for _, row0, rows, tl in where:
+                        left = min(rows - m.SUB_ROWS * tl, m.SUB_ROWS)  # <= 0: nothing
+                        first = row0 + m.SUB_ROWS * tl
+                        writes[first : first + max(left, 0), col : col + m.TILE_COLS] += 1
+            assert (writes == 1).all(), (case, n, ctas)
+            assert len(seen) == bands * col_tiles and set(seen.values()) <= {1}
+            if 0 < ctas <= bands * col_tiles:  # balanced: the same tile count per CTA, or one fewer
+                assert max(per_cta) - min(per_cta) <= 1
