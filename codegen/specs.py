@@ -422,15 +422,6 @@ DEQUANT_DEFAULT_COL_RING = 8
 # col_scale_words): with the ring, 78.5 / 82.6 / 85.9 / 86.8 -> 80.7 / 83.2 / 86.7 / 87.3% (the
 # same run; the inverse RHT within +-0.4)
 DEQUANT_DEFAULT_SCALE_WORDS = True
-# Persistent, software-pipelined columnwise CTAs (DequantizeSpec.col_persist: CTAs per SM, 0 =
-# one CTA per tile, the default): 256-token ring tiles, each CTA walks the tiles round robin
-# and issues the next tile's loads before it stores the current one (perf/NOTES.md,
-# "persistent, software-pipelined CTA"; perf/probes/dequant_walk.py --ab persistent). Not
-# measured yet: off by default (runtime/dequant.py: COLUMNWISE_PERSISTENT). Registers (sm_90a,
-# bf16): 128 at 4 CTAs per SM (no spills), 96 at 5 (none), 80 at 6 (2-60 spill instructions);
-# 8 (64 registers) spilled 70-110 and is not offered.
-DEQUANT_COL_PERSISTS = (0, 4, 5, 6)
-DEQUANT_DEFAULT_COL_PERSIST = 4  # what COLUMNWISE_PERSISTENT = True picks
 
 
 def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:
@@ -471,21 +462,10 @@ class DequantizeSpec(KernelSpec):
     # instead of 4 bytes, handed out by a byte transpose over the quad, where the tile's 4
     # sub-tiles lie in one group (False, the default, is left out of the key)
     col_scale_words: bool = False
-    # DEQUANT_COL_PERSISTS: 0, one CTA per tile (the default, left out of the key); k, a
-    # persistent grid of at most k CTAs per SM (256-token ring tiles) that walks the tiles and
-    # loads the next tile before it stores the current one
-    col_persist: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         transposes = self.columnwise and not self.transposed_out
-        if self.col_persist not in DEQUANT_COL_PERSISTS or (
-            self.col_persist and (self.col_tokens != 256 or not self.col_ring)
-        ):
-            raise ValueError(
-                f"col_persist must be one of {DEQUANT_COL_PERSISTS} (non-zero: 256-token "
-                f"columnwise tiles with the sub-tile ring only), got {self.col_persist!r}"
-            )
         if self.col_ring not in DEQUANT_COL_RINGS or (self.col_ring and self.col_tokens != 256):
             raise ValueError(
                 f"col_ring must be one of {DEQUANT_COL_RINGS} (non-zero: 256-token columnwise "
@@ -521,8 +501,6 @@ class DequantizeSpec(KernelSpec):
             del out["col_ring"]
         if not out["col_scale_words"]:
             del out["col_scale_words"]
-        if out["col_persist"] == 0:
-            del out["col_persist"]
         return out
 
     def render_fields(self) -> dict:
@@ -531,7 +509,6 @@ class DequantizeSpec(KernelSpec):
             "col_tokens": self.col_tokens,
             "col_ring": self.col_ring,
             "col_scale_words": self.col_scale_words,
-            "col_persist": self.col_persist,
         }
 
 

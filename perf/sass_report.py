@@ -122,24 +122,6 @@ def tile_part(sass: str) -> int:
     return n - exits[0] - 1 if exits else 0
 
 
-def persistent_loop(sass: str) -> tuple[int, collections.Counter]:
-    """Instructions of the widest backward-branch loop of the kernel function (a persistent
-    dequantize's tile loop: one tile per iteration, both lookups and the cold paths inside
-    counted statically) and its opcodes; (0, empty) without a loop."""
-    ins = _parse(sass)
-    n = sum(kernel_body(sass).values())
-    index = {a: i for i, (a, _) in enumerate(ins)}
-    spans = [
-        (index[t], index[a])
-        for a, t in _branch_targets(sass).items()
-        if t <= a and t in index and index[a] < n
-    ]
-    if not spans:
-        return 0, collections.Counter()
-    s, e = max(spans, key=lambda se: se[1] - se[0])
-    return e - s + 1, collections.Counter(op for _, op in ins[s : e + 1])
-
-
 def _values_per_thread(spec) -> int:
     from cutequant import jit
 
@@ -216,12 +198,6 @@ def main(argv=None) -> int:
         action="store_true",
         help="with --col-tokens 256: NVFP4 compact-scale specs with DequantizeSpec.col_scale_words",
     )
-    p.add_argument(
-        "--col-persist",
-        type=int,
-        default=0,
-        help="with --col-tokens 256 --col-ring 8: persistent CTAs per SM (col_persist)",
-    )
     p.add_argument("--loops", action="store_true", help="encoder loop counts per value")
     p.add_argument("--body", action="store_true", help="kernel function counts per value")
     p.add_argument("--cuobjdump", default=shutil.which("cuobjdump"))
@@ -236,7 +212,6 @@ def main(argv=None) -> int:
     from cutequant import cli, jit
 
     rows, index = [], []
-    spec_of, sass_of = {}, {}
     for spec in cli.all_specs("sm_90a"):
         if args.family and spec.family != args.family:
             continue
@@ -245,8 +220,6 @@ def main(argv=None) -> int:
             spec = dataclasses.replace(spec, col_tokens=args.col_tokens, col_ring=args.col_ring)
             if args.col_scale_words and spec.fmt == "nvfp4" and not spec.swizzled:
                 spec = dataclasses.replace(spec, col_scale_words=True)
-            if args.col_persist:
-                spec = dataclasses.replace(spec, col_persist=args.col_persist)
         if args.match and args.match not in spec.describe().replace(" ", ""):
             continue
         if args.set:
@@ -274,7 +247,6 @@ def main(argv=None) -> int:
             if args.body:
                 body = (kernel_body(sass), _values_per_thread(spec), tile_part(sass))
             rows.append((spec.describe(), regs, counts, loops, body))
-            spec_of[spec.describe()], sass_of[spec.describe()] = spec, sass
             (d / "kernel.sass").write_text(sass)
             (d / "res.txt").write_text(res)
         index.append(f"{spec.describe()}\t{d.name}")
@@ -292,10 +264,6 @@ def main(argv=None) -> int:
             print(f"   body {n} instructions{rate}: {_classes(ops)}")
             if tile and per:
                 print(f"   tile part (after the lookup) {tile}, {tile / per:.1f} per value")
-            if getattr(spec_of[desc], "col_persist", 0):
-                n, loop_ops = persistent_loop(sass_of[desc])
-                mem = {k: v for k, v in loop_ops.items() if k.startswith(("LDG", "STG", "BAR"))}
-                print(f"   tile loop {n} instructions, {n / per:.1f} per value; {mem}")
     return 0
 
 

@@ -26,11 +26,7 @@ import torch
 
 from cutequant import _checks, _launch, groups, replay
 from cutequant.amax import _num_groups
-from cutequant.codegen.specs import (
-    DEQUANT_DEFAULT_COL_PERSIST,
-    DequantizeSpec,
-    dequant_columnwise_defaults,
-)
+from cutequant.codegen.specs import DequantizeSpec, dequant_columnwise_defaults
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -61,29 +57,14 @@ COLUMNWISE_RING = None
 # tile lies in one group, instead of one LDG.U8 per 16 tokens (perf/NOTES.md, "scale words";
 # perf/probes/dequant_walk.py --ab scales)
 COLUMNWISE_SCALE_WORDS = None
-# persistent, software-pipelined columnwise CTAs (a compile variant, DequantizeSpec.col_persist;
-# 256-token tiles with the sub-tile ring only, others ignore it): False / 0 / None, one CTA per
-# tile (the default); True, specs.DEQUANT_DEFAULT_COL_PERSIST CTAs per SM; an int k, k CTAs
-# per SM (specs.DEQUANT_COL_PERSISTS). A grid of at most k CTAs per SM walks the tiles and
-# issues the next tile's loads before it stores the current one (perf/NOTES.md, "persistent,
-# software-pipelined CTA"; perf/probes/dequant_walk.py --ab persistent)
-COLUMNWISE_PERSISTENT = None
 
 
 def _round_up(a: int, b: int) -> int:
     return -(-a // b) * b
 
 
-def _persist_ctas() -> int:
-    """COLUMNWISE_PERSISTENT as CTAs per SM (0: off)."""
-    flag = COLUMNWISE_PERSISTENT
-    if flag is None or flag is False:
-        return 0
-    return DEQUANT_DEFAULT_COL_PERSIST if flag is True else int(flag)
-
-
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    tokens, ring, words, persist = 64, 0, False, 0
+    tokens, ring, words = 64, 0, False
     if columnwise and not transposed_out:
         tokens, ring, words = dequant_columnwise_defaults(fmt, swizzled)
         tokens = tokens if COLUMNWISE_TOKENS is None else COLUMNWISE_TOKENS
@@ -91,35 +72,14 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=F
         words = words if COLUMNWISE_SCALE_WORDS is None else COLUMNWISE_SCALE_WORDS
         ring = ring if tokens == 256 else 0
         words = words and tokens == 256 and fmt == "nvfp4" and not swizzled
-        persist = _persist_ctas() if ring else 0
     return _cached_spec(
-        arch,
-        fmt,
-        columnwise,
-        undo_rht,
-        swizzled,
-        out_dtype,
-        transposed_out,
-        tokens,
-        ring,
-        words,
-        persist,
+        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
     )
 
 
 @functools.cache
 def _cached_spec(
-    arch,
-    fmt,
-    columnwise,
-    undo_rht,
-    swizzled,
-    out_dtype,
-    transposed_out,
-    tokens,
-    ring,
-    words,
-    persist=0,
+    arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
 ):
     return DequantizeSpec(
         arch=arch,
@@ -132,7 +92,6 @@ def _cached_spec(
         col_tokens=tokens,
         col_ring=ring,
         col_scale_words=words,
-        col_persist=persist,
     )
 
 
@@ -275,15 +234,6 @@ def _check_fp8_dequantize(data, scale_inv, splits, n_cols, columnwise, out_dtype
 # ------------------------------------------------------------------------------ launch
 
 
-def persistent_ctas(tiles: int, sms: int, per_sm: int) -> int:
-    """CTAs of a persistent columnwise dequantize (``col_persist`` = ``per_sm``) for ``tiles``
-    256-token tiles (an upper bound with device splits): as few as give the fewest tiles per
-    CTA within ``per_sm`` CTAs per SM, so that every CTA walks the same number of tiles, or
-    one fewer (the kernel: CTA i takes tiles i, i + ctas, ...)."""
-    per_cta = max(-(-tiles // (sms * per_sm)), 1)
-    return -(-tiles // per_cta)
-
-
 def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, sign_mask):
     dev = data.device
     if isinstance(splits, groups.GroupLayout):
@@ -309,8 +259,6 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
     col_tiles = -(-n_cols // tile_cols)
     walk = spec.columnwise and not spec.transposed_out and COLUMNWISE_ROW_TILES_FIRST
     walk = walk and col_tiles < 1 << 16  # the grid's y extent
-    if spec.col_persist:  # the persistent grid's CTA count, passed as row_ctas
-        row_ctas = persistent_ctas(row_ctas * col_tiles, _launch.sm_count(dev), spec.col_persist)
     _launch.run(
         spec,
         _launch.ptr(data),
@@ -483,7 +431,6 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         COLUMNWISE_RING,
         COLUMNWISE_SCALE_WORDS,
         COLUMNWISE_ROW_TILES_FIRST,
-        COLUMNWISE_PERSISTENT,
     )
     key = (id(outputs.spans), which, flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip

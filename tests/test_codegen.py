@@ -56,15 +56,9 @@ def test_rendered_module_is_plain_python(spec):
 def test_rendered_modules_are_lint_clean(tmp_path):
     if shutil.which("ruff") is None:
         pytest.skip("ruff not installed")
-    persistent = [  # the A/B variant not in all_specs: persistent columnwise CTAs
-        dataclasses.replace(s, col_persist=k)
-        for s in cli.all_specs("sm_90a")
-        if s.family == "dequantize" and s.col_ring
-        for k in S.DEQUANT_COL_PERSISTS[1:]
-    ]
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.fake_quant_ab_variants()  # the A/B variants a module flag selects
-    for spec in [*specs, *persistent]:
+    for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(
         ["ruff", "check", "--select", "F,E9,B", "--no-cache", str(tmp_path)],
@@ -338,43 +332,13 @@ def test_dequantize_col_ring_key():
             dataclasses.replace(base, **bad)
 
 
-def test_dequantize_col_persist_key():
-    """``col_persist`` 0 (the default) stays out of the key; 4 / 5 / 6 CTAs per SM are other
-    kernels, of 256-token columnwise tiles with the sub-tile ring only; the runtime flag maps
-    False / True / k to 0 / the default / k."""
-    from cutequant import dequant
-
-    base = S.DequantizeSpec(columnwise=True, col_tokens=256, col_ring=8)
-    assert "col_persist" not in base.key()
-    names = {module_name(base)}
-    for k in S.DEQUANT_COL_PERSISTS[1:]:
-        names.add(module_name(dataclasses.replace(base, col_persist=k)))
-    assert len(names) == len(S.DEQUANT_COL_PERSISTS)
-    for bad in ({"col_persist": 3}, {"col_persist": 4, "col_ring": 0}):
-        with pytest.raises(ValueError, match="col_persist"):
-            dataclasses.replace(base, **bad)
-    assert dequant.COLUMNWISE_PERSISTENT is None
-    try:
-        for flag, want in ((False, 0), (True, S.DEQUANT_DEFAULT_COL_PERSIST), (6, 6)):
-            dequant.COLUMNWISE_PERSISTENT = flag
-            assert dequant._spec("sm_90a", "e4m3", True, False, False, "bf16").col_persist == want
-            assert dequant._spec("sm_90a", "nvfp4", False, False, False, "bf16").col_persist == 0
-    finally:
-        dequant.COLUMNWISE_PERSISTENT = None
-
-
 def test_dequantize_runtime_specs_are_precompiled():
     """Every spec the runtime's dequantize builds with its default flags (256-token columnwise
     tiles with the sub-tile ring, NVFP4 compact scales as words) is one precompile builds."""
     from cutequant import dequant
 
-    defaults = (
-        dequant.COLUMNWISE_TOKENS,
-        dequant.COLUMNWISE_RING,
-        dequant.COLUMNWISE_SCALE_WORDS,
-        dequant.COLUMNWISE_PERSISTENT,
-    )
-    assert defaults == (None, None, None, None)
+    defaults = (dequant.COLUMNWISE_TOKENS, dequant.COLUMNWISE_RING, dequant.COLUMNWISE_SCALE_WORDS)
+    assert defaults == (None, None, None)
     pre = set(cli.all_specs("sm_90a"))
     seen = set()
     for out_dtype in S.OUT_DTYPES:

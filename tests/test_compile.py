@@ -67,24 +67,11 @@ LONG_TILES = [
 ]
 
 
-# the persistent, software-pipelined variant (``col_persist``) of every precompiled columnwise
-# dequantize transposed back (256-token ring tiles): the default 4 CTAs per SM for every one, 5
-# and 6 for bf16 outputs
-PERSISTENT = [
-    dataclasses.replace(s, col_persist=k)
-    for s in ALL
-    if s.family == "dequantize" and s.columnwise and not s.transposed_out
-    for k in S.DEQUANT_COL_PERSISTS[1:]
-    if k == S.DEQUANT_DEFAULT_COL_PERSIST or s.out_dtype == "bf16"
-]
-
-
-@pytest.mark.parametrize("spec", LONG_TILES + PERSISTENT, ids=lambda s: s.describe())
+@pytest.mark.parametrize("spec", LONG_TILES, ids=lambda s: s.describe())
 def test_longer_columnwise_dequantize_tiles_compile(spec, tmp_path, launch_smem):
     """The columnwise dequantize's 128- / 256-token tiles (``DequantizeSpec.col_tokens``), the
-    256-token sub-tile ring (``col_ring``), scale words (``col_scale_words``) and persistent
-    CTAs (``col_persist``), the A/B variants not in ``all_specs``, compile within the shared
-    memory of a CTA."""
+    256-token sub-tile ring (``col_ring``) and scale words (``col_scale_words``), the A/B
+    variants not in ``all_specs``, compile within the shared memory of a CTA."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
     assert len(launch_smem) == 1 and int(launch_smem[0]) <= 64 * 1024 + 1024
 

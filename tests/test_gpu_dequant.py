@@ -1,8 +1,8 @@
 """GPU: grouped dequantize kernels, every output value against cutequant.recipe_reference
 (bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
 columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile; 256 also
-with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, the NVFP4 scale words,
-``dequant.COLUMNWISE_SCALE_WORDS``, and persistent CTAs, ``dequant.COLUMNWISE_PERSISTENT``); tests
+with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, and the NVFP4 scale words,
+``dequant.COLUMNWISE_SCALE_WORDS``); tests
 parametrized rowwise only run once."""
 
 import pytest
@@ -15,44 +15,24 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 
 @pytest.fixture(
-    params=[
-        64,
-        128,
-        256,
-        (256, 8, False),
-        (256, 8, True),  # the default
-        (256, 8, True, 4),
-        (256, 8, False, 4),
-        (256, 8, True, 6),
-    ],
-    ids=[
-        "tok64",
-        "tok128",
-        "tok256",
-        "tok256ring8",
-        "tok256ring8words",
-        "tok256ring8wordspersist4",
-        "tok256ring8persist4",
-        "tok256ring8wordspersist6",
-    ],
+    params=[64, 128, 256, (256, 8, False), (256, 8, True)],
+    ids=["tok64", "tok128", "tok256", "tok256ring8", "tok256ring8words"],  # the last: the default
 )
 def col_tokens(request, monkeypatch):
     """The columnwise kernels' tile length, and for 256 tokens the staging (the sub-tile ring,
-    ``dequant.COLUMNWISE_RING``), the NVFP4 scale words (``COLUMNWISE_SCALE_WORDS``; FP8
-    and swizzled scales ignore it) and persistent CTAs per SM (``COLUMNWISE_PERSISTENT``):
-    compile variants, read when the spec is built."""
+    ``dequant.COLUMNWISE_RING``) and the NVFP4 scale words (``COLUMNWISE_SCALE_WORDS``; FP8
+    and swizzled scales ignore it): compile variants, read when the spec is built."""
     callspec = getattr(request.node, "callspec", None)
     params = callspec.params if callspec is not None else {}
     rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
     if request.param != 64 and rowwise:
         pytest.skip("rowwise: one tile layout")
-    tokens, ring, words, persist = (
-        (*request.param, 0)[:4] if isinstance(request.param, tuple) else (request.param, 0, 0, 0)
+    tokens, ring, words = (
+        request.param if isinstance(request.param, tuple) else (request.param, 0, 0)
     )
     monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", tokens)
     monkeypatch.setattr(dequant, "COLUMNWISE_RING", ring)
     monkeypatch.setattr(dequant, "COLUMNWISE_SCALE_WORDS", bool(words))
-    monkeypatch.setattr(dequant, "COLUMNWISE_PERSISTENT", persist)
     return tokens
 
 
@@ -252,47 +232,6 @@ def test_nvfp4_more_than_65535_row_tiles(columnwise, rng):
         with poisoned_outputs():
             (got,) = dequant.nvfp4_group_dequantize_impl(*args, torch.bfloat16)
         assert_same_bits(got, ref, f"65552 row tiles, device splits: {torch.is_tensor(s)}")
-
-
-@pytest.mark.parametrize("rows_first", [False, True], ids=["cols-first", "rows-first"])
-def test_columnwise_many_tiles_per_cta(rows_first, rng, monkeypatch):
-    """Enough tiles that a persistent CTA (``COLUMNWISE_PERSISTENT``) walks several, in both
-    CTA orders (``COLUMNWISE_ROW_TILES_FIRST``), uneven groups with empty ones, host and device
-    splits, NVFP4 (with and without the inverse RHT) and FP8."""
-    if not dequant.COLUMNWISE_PERSISTENT:
-        pytest.skip("one CTA per tile: the other tests cover it")
-    monkeypatch.setattr(dequant, "COLUMNWISE_ROW_TILES_FIRST", rows_first)
-    # ~118 bands x 16 column tiles: 2-4 tiles per CTA at 4-6 CTAs per SM of 132 SMs
-    splits = random_splits(24, None, rng, zero_at=("front", "middle", "end"), mean_rows=1000)
-    n = 1024
-    for device in (False, True):
-        for undo_rht in (False, True):
-            data, scales, amax = random_nvfp4_buffers(
-                splits, n, rng, columnwise=True, device_bound=device
-            )
-            check_nvfp4(
-                data,
-                scales,
-                amax,
-                splits,
-                n,
-                columnwise=True,
-                swizzled=False,
-                undo_rht=undo_rht,
-                out_dtype=torch.bfloat16,
-                device_splits=_device_splits(splits) if device else None,
-            )
-        data = random_fp8_bytes(sum(splits) * n, rng, torch.float8_e4m3fn)
-        scale_inv = torch.rand(len(splits), generator=rng) + 0.01
-        check_fp8(
-            data,
-            scale_inv,
-            splits,
-            n,
-            columnwise=True,
-            out_dtype=torch.bfloat16,
-            device_splits=_device_splits(splits) if device else None,
-        )
 
 
 def test_bad_device_splits_write_nothing(rng):

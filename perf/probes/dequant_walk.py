@@ -12,10 +12,6 @@ graph replay), checking first that every side gives the same bits on every op an
   a compile variant; compact scales only, FP8 sides are the same kernel; the tile length pinned
   to 256 as for ``ring``): one LDG.U8 per 16 tokens vs one word per lane and column group plus
   a byte transpose over the quad;
-* ``--ab persistent``: persistent, software-pipelined CTAs (``dequant.COLUMNWISE_PERSISTENT``,
-  a compile variant of the default 256-token ring tiles): one CTA per tile (False / 0) vs a
-  grid of at most k CTAs per SM that walks the tiles, the next tile's loads in flight while it
-  stores the current one (True: the default k = 4; or the numbers, ``--values 0,4,5,6``);
 * ``--with NAME=VALUE`` (repeatable) sets another module flag of ``cutequant.dequant`` for
   both sides, e.g. ``--ab scales --with COLUMNWISE_RING=8``;
 * ``--ab walk``: the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel argument: no
@@ -44,20 +40,12 @@ import bench  # noqa: E402
 from cutequant import dequant  # noqa: E402
 
 COL_OPS = "nvfp4_dequantize_col,nvfp4_dequantize_col_unrht,fp8_dequantize_col"
-
-
-def _bool_or_int(v: str):
-    """'True' / 'False' -> bool, else an int (COLUMNWISE_PERSISTENT's CTAs per SM)."""
-    return v == "True" if v in ("True", "False") else int(v)
-
-
 # (module attribute, its values, how to parse --values)
 ABS = {
     "tokens": ("COLUMNWISE_TOKENS", (64, 128, 256), int),
     "ring": ("COLUMNWISE_RING", (0, 8), int),
     "scales": ("COLUMNWISE_SCALE_WORDS", (False, True), lambda v: v == "True"),
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
-    "persistent": ("COLUMNWISE_PERSISTENT", (False, True), _bool_or_int),
 }
 # flags --with may set (name: parse)
 EXTRA = {
@@ -65,7 +53,6 @@ EXTRA = {
     "COLUMNWISE_RING": int,
     "COLUMNWISE_SCALE_WORDS": lambda v: v == "True",
     "COLUMNWISE_ROW_TILES_FIRST": lambda v: v == "True",
-    "COLUMNWISE_PERSISTENT": _bool_or_int,
 }
 
 
