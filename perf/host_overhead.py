@@ -280,6 +280,7 @@ def _breakdown_ops(x, splits, amax) -> dict:
     dev_splits = torch.tensor(splits, dtype=torch.int32, device=x.device)
     qd = cutequant.nvfp4_group_quantize(x, dev_splits, amax=amax)
     w_amax = torch.ones(w.shape[0], dtype=torch.float32, device=x.device)
+    amax_row = amax[0].contiguous()
     return {
         "group_amax": lambda: cutequant.group_amax(x, splits),
         "nvfp4 (given amax)": lambda: cutequant.nvfp4_group_quantize(x, splits, amax=amax),
@@ -302,6 +303,9 @@ def _breakdown_ops(x, splits, amax) -> dict:
         ),
         "fp8 dequantize rowwise": lambda: dequant.fp8_group_dequantize(q8),
         "fake-quant rows": lambda: cutequant.nvfp4_fake_quantize(x, splits),
+        "fake-quant rows (given amax)": lambda: cutequant.nvfp4_fake_quantize(
+            x, splits, amax=amax_row
+        ),
         "fake-quant columnwise (RHT)": lambda: cutequant.nvfp4_fake_quantize(
             x, splits, columnwise=True
         ),

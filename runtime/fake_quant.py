@@ -77,21 +77,43 @@ def _check_fake_quantize(
     return m_rows, n_cols, num_groups
 
 
-def _amax_and_layout(x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream):
-    """(layout, amax) for a fake-quant call: a copy of a given fp32 [G] ``amax`` (the op
-    returns that copy), else the grouped amax pass's fp32 [2, G] (row, column) output (post-RHT
-    with ``rht``), of which the caller takes its direction's row (a view; the op copies it)."""
+def _amax_and_layout(
+    x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream, direction: int
+):
+    """(layout, amax the kernel reads, amax output, floats the kernel copies into it) for a
+    fake-quant call. A given fp32 [G] ``amax``: the kernel reads it and its CTA 0 copies it
+    into a new [G] output (the op returns a copy; ``copy_given_amax``). Else the grouped amax
+    pass's fp32 [2, G] (row, column) output (post-RHT with ``rht``), whose row ``direction``
+    the kernel reads and the op returns (a view)."""
     m_rows = x.shape[0]
     dev = x.device
     if amax is not None:
-        return groups.prepare_groups(splits, m_rows, dev, tile_records=True), amax.clone()
+        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
+        out = _launch.output_allocator((num_groups,), torch.float32, dev)
+        return layout, _contiguous(amax), out, num_groups
     amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
     amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
     layout = groups.prepare_groups(
         splits, m_rows, dev, poison=amax_buf, tile_records=True, defer_tables=True
     )
     launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch, stream=stream)
-    return layout, amax_buf
+    row = amax_buf[direction]
+    return layout, row, row, 0
+
+
+def _contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A tensor argument the kernel addresses: a non-contiguous one is copied, and the call is
+    not recorded (a replay would address the copy this call made)."""
+    if t.is_contiguous():
+        return t
+    replay.taint()
+    return t.contiguous()
+
+
+def _copy_without_launch(src: torch.Tensor, out: torch.Tensor, count: int) -> None:
+    """A given amax when no fake-quant kernel runs (no rows, no tiles): torch copies it."""
+    if count:
+        out.copy_(src)
 
 
 def _tile_grid(layout, m_rows: int, n_cols: int, num_groups: int, tile_cols: int) -> int:
@@ -118,20 +140,20 @@ def nvfp4_fake_quantize_rows_impl(
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
     stream = _launch.raw_stream(dev)
-    layout, amax_row = _amax_and_layout(x, splits, amax, num_groups, False, 0, arch, stream)
-    if amax is None:
-        amax_row = amax_row[0]
+    layout, amax_in, amax_row, copy_count = _amax_and_layout(
+        x, splits, amax, num_groups, False, 0, arch, stream, 0
+    )
     y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
         legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
         sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
         spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz)
-        rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
+        rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
             _launch.ptr(x),
-            _launch.ptr(amax_row, 4),
+            _launch.ptr(amax_in, 4),
             _launch.ptr(y),
             layout.tables_addr(),
             num_groups,
@@ -139,9 +161,13 @@ def nvfp4_fake_quantize_rows_impl(
             n_cols,
             _launch.ptr(rng, 8),
             layout.early_level(),
+            _launch.ptr(amax_row, 4),
+            copy_count,
             num_ctas,
             stream=stream,
         )
+    else:
+        _copy_without_launch(amax_in, amax_row, copy_count)
     return y, amax_row
 
 
@@ -169,17 +195,17 @@ def nvfp4_fake_quantize_columnwise_impl(
     sr_stage = COLS_SR_STAGE and bool(stochastic_rounding) and not COLS_LEGACY
     spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage)
     stream = _launch.raw_stream(dev)
-    layout, amax_col = _amax_and_layout(x, splits, amax, num_groups, rht, sign_mask, arch, stream)
-    if amax is None:
-        amax_col = amax_col[1]  # a view: the op returns a copy at storage offset 0
+    layout, amax_in, amax_col, copy_count = _amax_and_layout(
+        x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
+    )
     y = _launch.output_allocator((m_rows * n_cols,), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, FakeQuantColsSpec.TILE_COLS)
     if m_rows and num_ctas:
-        rng = rng_state if stochastic_rounding else groups.dummy_buffer(dev)
+        rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
             _launch.ptr(x),
-            _launch.ptr(amax_col, 4),
+            _launch.ptr(amax_in, 4),
             _launch.ptr(y),
             layout.tables_addr(),
             num_groups,
@@ -189,9 +215,13 @@ def nvfp4_fake_quantize_columnwise_impl(
             sign_mask,
             int(rht),
             layout.early_level(),
+            _launch.ptr(amax_col, 4),
+            copy_count,
             num_ctas,
             stream=stream,
         )
+    else:
+        _copy_without_launch(amax_in, amax_col, copy_count)
     return y, amax_col
 
 
@@ -328,12 +358,12 @@ def nvfp4_fake_quantize(
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit
         dev = x.device
-        if amax is not None:
-            stats = amax.clone()  # as the checked path: the op returns a copy
-        else:
-            stats = _launch.output_allocator((2, num_groups), torch.float32, dev)
+        # the amax output: a given amax's copy (the kernel copies it), or the amax pass's
+        # [2, G] output, of which the op returns this direction's row
+        stats_shape = (num_groups,) if amax is not None else (2, num_groups)
+        stats = _launch.output_allocator(stats_shape, torch.float32, dev)
         y = _launch.output_allocator(y_shape, out_dtype, dev)
-        record.launch((x, stats, y, rng_state, replay.device_splits(splits)))
+        record.launch((x, amax, stats, y, rng_state, replay.device_splits(splits)))
         return y, stats if amax is not None else stats[int(columnwise)]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
@@ -343,7 +373,8 @@ def nvfp4_fake_quantize(
     stats = out_amax if amax is not None else out_amax._base
     if key is not None and stats is not None and rec.replayable(x.shape[0]):
         device_splits = replay.device_splits(splits)
-        record = replay.Replay(rec.launches, [x, stats, y, rng_state, device_splits], rec.scratch)
+        bases = [x, amax, stats, y, rng_state, device_splits]
+        record = replay.Replay(rec.launches, bases, rec.scratch)
         _RECORDS.put(key, (record, tuple(y.shape), stats.shape[-1]))
     return y, out_amax
 

@@ -272,6 +272,30 @@ def test_columnwise_is_one_launch_after_the_amax_pass(rng):
         assert cutequant_kernels(prof) == launches
 
 
+@pytest.mark.parametrize("columnwise", [False, True], ids=["rows", "cols"])
+def test_given_amax_is_copied_by_the_kernel(columnwise, rng):
+    """A given amax: the op returns a copy of it, which the fake-quant kernel's CTA 0 writes
+    (no torch clone: one launch in all, checked and replayed), bit-equal to the given one."""
+    splits = [128, 0, 64, 192]
+    x = grouped_input(splits, 512, rng)
+    amax = torch.rand(4, generator=rng).cuda() * 10
+    for _ in range(3):  # first sighting, cached, then replayed
+        with poisoned_outputs():
+            y, a = cutequant.nvfp4_fake_quantize(x, splits, columnwise=columnwise, amax=amax)
+        assert a.data_ptr() != amax.data_ptr()
+        assert_same_bits(a, amax, "amax copy")
+    torch.cuda.synchronize()
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        with poisoned_outputs():
+            y2, a2 = cutequant.nvfp4_fake_quantize(x, splits, columnwise=columnwise, amax=amax)
+        torch.cuda.synchronize()
+    names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    launched = [n for n in names if "fill" not in n.lower()]  # the poisoning fills
+    assert len(launched) == 1 and launched[0].startswith("kernel_cutlass"), names
+    assert_same_bits(a2, amax, "replayed amax copy")
+    assert_same_bits(y2, y, "replayed y")
+
+
 def cutequant_kernels(prof) -> int:
     """CuTe DSL kernels a profile saw."""
     names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
