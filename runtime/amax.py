@@ -211,7 +211,7 @@ def launch_group_amax(
         float(col_scale),
         resident,
         layout.early_level(),
-        *(() if pending is None else pending[1:]),
+        *(() if pending is None else pending[1]),
         num_ctas=num_ctas,
         stream=stream,
     )

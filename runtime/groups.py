@@ -209,8 +209,8 @@ class GroupLayout:
     # device splits: byte offset of the snapshot in ``tables`` (-1: ``snapshot_view`` or none)
     snapshot_at: int = -1
     # device splits, ``prepare_groups(defer_tables=True)``: the table kernel was not launched;
-    # the amax pass must build the tables: (its spec's ``device_splits`` dtype, then the
-    # splits, snapshot and poison addresses and the poison count, its extra arguments).
+    # the amax pass must build the tables: (its spec's ``device_splits`` dtype, its extra
+    # arguments (the splits, snapshot and poison addresses, the poison count), the splits).
     # ``launch_group_amax`` takes it (and sets ``tables_by_amax_pass``); nothing else may read
     # the tables before that launch
     pending_tables: tuple | None = None
@@ -606,7 +606,8 @@ def _device_groups(
     layout = device_layout(buf, num_groups, m_rows, at)
     if defer and m_rows > 0 and num_groups <= DEFERRED_TABLES_MAX_GROUPS:
         dtype = "int64" if splits.dtype == torch.int64 else "int32"
-        layout.pending_tables = (dtype, splits_addr, buf.data_ptr() + at, *poison)
+        # the splits tensor rides along: a contiguous copy made here must live until the launch
+        layout.pending_tables = (dtype, (splits_addr, buf.data_ptr() + at, *poison), splits)
         return layout
     spec = GroupTablesSpec(
         arch=_launch.device_arch(device), splits_int64=splits.dtype == torch.int64
