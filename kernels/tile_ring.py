@@ -53,7 +53,6 @@ def wait_group(pending: int, *, loc=None, ip=None):
     dev.volatile_asm(None, f"cp.async.wait_group {int(pending)};", "", [])
 
 
-
 @dsl_user_op
 def l2_evict_normal_policy(*, loc=None, ip=None) -> Int64:
     """An L2 cache-hint policy of the default priority (a copy that needs no hint, selected
