@@ -13,7 +13,9 @@ Every issue step commits exactly one group (empty where there is no tile to copy
 copies (issued ``depth`` steps earlier, or in the prologue).
 """
 
-from cutlass import Int32, Int64
+import cutlass
+import cutlass.cute as cute
+from cutlass import Float32, Int32, Int64
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import device as dev
@@ -59,3 +61,66 @@ def l2_evict_normal_policy(*, loc=None, ip=None) -> Int64:
     per tile against ``device.l2_evict_first_policy``)."""
     ptx = "createpolicy.fractional.L2::evict_normal.b64 $0, 1.0;"
     return Int64(dev._asm(T.i64(), ptx, "=l", []))
+
+
+@cute.jit
+def read_slot(addr: Int32, chunks: cutlass.Constexpr, threads: cutlass.Constexpr) -> list:
+    """This thread's ``chunks`` x 4 words of the slot whose chunk 0 (of this thread) is at
+    ``addr``: one LDS.128 per chunk (``chunk_offset``)."""
+    words = []
+    for q in cutlass.range_constexpr(chunks):
+        words += dev.load_shared_v4(addr + q * 16 * threads)
+    return words
+
+
+def widen(words, in_dtype: str) -> list:
+    """Two rows of 16 16-bit values (row i: words 8i .. 8i + 7, element 0 low) as fp32, exactly
+    (the 2D kernel's ``load_rows`` values)."""
+    return [
+        [dev.half_to_f32(words[8 * i : 8 * i + 8], k, in_dtype) for k in range(16)]
+        for i in range(2)
+    ]
+
+
+def words_absmax(acc: Float32, words, in_dtype: str) -> Float32:
+    """``device.absmax`` of ``acc`` and every value of ``widen(words)``, bit for bit after the
+    final |.| (NaN: the canonical one): a tree of packed 16-bit x2 |max| (``max.NaN.xorsign.abs``,
+    exact and NaN-propagating), then its two halves widened (exact) into fp32 |max|: 17
+    instructions for 32 values, not 32 widenings and 32 FMNMX (tests/test_tile_ring.py checks
+    it on a CPU model of the PTX semantics, exhaustively per position)."""
+    pair_max = dev.bf16x2_absmax if in_dtype == "bf16" else dev.f16x2_absmax
+    t = list(words)
+    while len(t) > 1:
+        t = [pair_max(t[2 * i], t[2 * i + 1]) for i in range(len(t) // 2)]
+    acc = dev.absmax(acc, dev.half_to_f32(t, 0, in_dtype))
+    return dev.absmax(acc, dev.half_to_f32(t, 1, in_dtype))
+
+
+@cute.jit
+def next_tile(
+    e: Int32, rt: Int32, ct: Int32, col_tiles: Int32, rows: Int32, tile_rows: cutlass.Constexpr
+):
+    """``schedule.next_expert_tile``: (e, rt, ct) of the next work item."""
+    ct += 1
+    if ct == col_tiles:
+        ct = Int32(0)
+        rt += 1
+        if rt * tile_rows >= rows:
+            rt = Int32(0)
+            e += 1
+    return e, rt, ct
+
+
+@cute.jit
+def prev_tile(
+    e: Int32, rt: Int32, ct: Int32, col_tiles: Int32, rows: Int32, tile_rows: cutlass.Constexpr
+):
+    """``schedule.prev_expert_tile``: (e, rt, ct) of the previous work item."""
+    ct -= 1
+    if ct < 0:
+        ct = col_tiles - 1
+        rt -= 1
+        if rt < 0:
+            rt = (rows - 1) // tile_rows
+            e -= 1
+    return e, rt, ct

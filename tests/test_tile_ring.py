@@ -179,3 +179,94 @@ def test_ring_spec_keys_and_rules():
         nvfp4_2d.LEGACY_2D, nvfp4_2d.RING_2D, nvfp4_2d.EVICT_FIRST_2D = flags
     for spec in S.ring_2d_variants():  # what the flags can select is in the A/B list
         assert spec in S.fake_quant_ab_variants()
+
+
+# ------------------------------------------------ words_absmax: packed |max| tree (CPU model)
+
+import numpy as np  # noqa: E402
+
+_HALF = {"bf16": (16, 7), "f16": (5, 10)}  # (exponent bits or f32 shift, mantissa bits)
+
+
+def _half_to_f32(h: np.ndarray, kind: str) -> np.ndarray:
+    """``device.half_to_f32``: exact widening of 16-bit patterns."""
+    h = h.astype(np.uint32)
+    if kind == "bf16":
+        return (h << 16).view(np.float32)
+    return h.astype(np.uint16).view(np.float16).astype(np.float32)
+
+
+def _is_nan16(h: np.ndarray, kind: str) -> np.ndarray:
+    return np.isnan(_half_to_f32(h, kind))
+
+
+def _pair_absmax16(a: np.ndarray, b: np.ndarray, kind: str) -> np.ndarray:
+    """PTX max.NaN.xorsign.abs.{bf16,f16} on one half: canonical NaN (0x7FFF) if either is
+    NaN, else the larger magnitude with the sign a XOR b."""
+    sign = (a ^ b) & 0x8000
+    fa, fb = np.abs(_half_to_f32(a, kind)), np.abs(_half_to_f32(b, kind))
+    mag = np.where(fa >= fb, a & 0x7FFF, b & 0x7FFF)
+    out = sign | mag
+    return np.where(_is_nan16(a, kind) | _is_nan16(b, kind), 0x7FFF | sign, out).astype(np.uint32)
+
+
+def _absmax32(acc: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """PTX max.NaN.xorsign.abs.f32 (``device.absmax``) on bit patterns."""
+    ai, xi = acc.view(np.uint32), x.view(np.uint32)
+    sign = (ai ^ xi) & 0x80000000
+    mag = np.maximum(np.abs(acc), np.abs(x)).view(np.uint32) & 0x7FFFFFFF
+    nan = np.isnan(acc) | np.isnan(x)
+    return (
+        (np.where(nan, 0x7FFFFFFF, mag | sign) | np.where(nan, sign, 0))
+        .astype(np.uint32)
+        .view(np.float32)
+    )
+
+
+def _old(acc: np.ndarray, halves: np.ndarray, kind: str) -> np.ndarray:
+    """The f32 chain: acc, then every value widened (``widen`` + ``dev.absmax``)."""
+    for k in range(halves.shape[1]):
+        acc = _absmax32(acc, _half_to_f32(halves[:, k], kind))
+    return acc
+
+
+def _new(acc: np.ndarray, halves: np.ndarray, kind: str) -> np.ndarray:
+    """``words_absmax``: the packed tree over words (two halves each), then both halves."""
+    lo, hi = halves[:, 0::2], halves[:, 1::2]
+    while lo.shape[1] > 1:
+        lo = _pair_absmax16(lo[:, 0::2], lo[:, 1::2], kind)
+        hi = _pair_absmax16(hi[:, 0::2], hi[:, 1::2], kind)
+    acc = _absmax32(acc, _half_to_f32(lo[:, 0], kind))
+    return _absmax32(acc, _half_to_f32(hi[:, 0], kind))
+
+
+def _final(x: np.ndarray) -> np.ndarray:
+    """What phase 1 folds: |.| of the result (``cute.math.absf`` before ``fold_tiles``)."""
+    return x.view(np.uint32) & 0x7FFFFFFF
+
+
+@pytest.mark.parametrize("kind", ["bf16", "f16"])
+def test_words_absmax_equals_the_f32_chain(kind):
+    """Every 16-bit pattern at every one of the 32 positions of a zero tile (exhaustive per
+    position), then random tiles of specials and normal values, against accumulators of every
+    class (0, subnormal, normal, max, inf, NaNs): the folded bits agree."""
+    accs = np.array(
+        [0.0, -0.0, 1e-40, 3.0, -7.5, 3.4e38, np.inf, -np.inf, np.nan], dtype=np.float32
+    )
+    accs = np.concatenate([accs, np.array([0x7FC00001, 0xFFFFFFFF], np.uint32).view(np.float32)])
+    every = np.arange(1 << 16, dtype=np.uint32)
+    for pos in (0, 1, 14, 31):
+        halves = np.zeros((every.size, 32), np.uint32)
+        halves[:, pos] = every
+        for acc in accs:
+            a = np.full(every.size, acc, np.float32)
+            assert np.array_equal(_final(_old(a, halves, kind)), _final(_new(a, halves, kind)))
+    rng = np.random.default_rng(7)
+    specials = np.array([0, 0x8000, 0x7FFF, 0xFFFF, 0x0001, 0x8001, 0x7F80, 0xFF80, 0x7C00,
+                         0xFC00, 0x7BFF, 0x7F7F, 0x7E00, 0x7C01], np.uint32)  # fmt: skip
+    for _ in range(20):
+        halves = rng.integers(0, 1 << 16, (4096, 32), dtype=np.uint32)
+        pick = rng.random((4096, 32)) < 0.1
+        halves = np.where(pick, rng.choice(specials, (4096, 32)), halves).astype(np.uint32)
+        acc = rng.choice(accs, 4096).astype(np.float32)
+        assert np.array_equal(_final(_old(acc, halves, kind)), _final(_new(acc, halves, kind)))
