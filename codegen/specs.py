@@ -536,39 +536,9 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
     # True: the tile walk before issue 20 (two divisions per tile) and, with fake_out, the
     # code-and-decode fake-quant (runtime/nvfp4_2d.py's LEGACY_2D)
     legacy: bool = False
-    # True (16-bit inputs, not legacy; issue 20, branch fq5): the tiles come through a per-thread
-    # ring of RING_SLOTS tile slots in shared memory (cp.async; RING_SLOTS - 1 tiles in flight
-    # while one is reduced / quantized), phase 1's last tiles stay there for phase 2, and the
-    # expert's global scales are loaded once per run of its tiles (runtime/nvfp4_2d.py's
-    # RING_2D). Left out of the key and the source when False, like ``legacy``.
-    ring: bool = False
-    # True (with ring, fake-quant on sm_90a): L2 hints: phase 2's copies and the fake-quant
-    # output evict_first, phase 1's copies of the tiles kept in the slots evict_first, its
-    # other copies evict_normal (runtime/nvfp4_2d.py's EVICT_FIRST_2D). Left out when False.
-    evict_first: bool = False
-    # tile slots of the ring: 3 x 16 KB (16-bit tiles) + ~5 KB a CTA, 4 CTAs per SM in 228 KB
-    RING_SLOTS: ClassVar[int] = 3
-
-    def fields(self) -> dict:
-        out = super().fields()
-        for name in ("ring", "evict_first"):
-            if not out[name]:
-                del out[name]
-        return out
 
     def render_fields(self) -> dict:
-        return {
-            **super().render_fields(),
-            "resident_ctas": self.RESIDENT_CTAS,
-            "ring": self.ring,
-            "evict_first": self.evict_first,
-            "ring_slots": self.RING_SLOTS,
-        }
-
-    def smem_bytes(self) -> int:
-        """Shared memory of a CTA (the kernel's SharedStorage; the runtime's residency check)."""
-        ring = self.RING_SLOTS * 64 * 128 * 2 if self.ring else 0  # 64 x 128 16-bit tiles
-        return 128 * 40 + 32 + 64 + ring
+        return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
 
     def __post_init__(self):
         super().__post_init__()
@@ -580,12 +550,6 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
             raise ValueError("fake_out: a quantize kernel with the default output switches")
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
-        if self.ring and (self.legacy or self.in_dtype == "f32"):
-            raise ValueError("ring: 16-bit inputs, not legacy (an f32 tile is 32 KB a slot)")
-        if self.evict_first and not (
-            self.ring and self.fake_out and self.arch not in HW_E2M1_ARCHS
-        ):
-            raise ValueError("evict_first: the fake-quant ring kernel on sm_90a only")
 
 
 @dataclass(frozen=True)
@@ -680,39 +644,12 @@ def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
     ``all_specs``: nothing precompiles them): the SR kernels as they were before the defaults
     ``FakeQuantColsSpec.sr_stage`` (staged random words) and ``FakeQuantRowsSpec.sr_rz`` (the
-    fma.rz floor), per output dtype; the 2D kernels with the tile ring (``ring_2d_variants``).
-    tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    fma.rz floor), per output dtype. tests/test_compile.py compiles them, tests/test_codegen.py
+    lints them."""
     out: list[KernelSpec] = []
     for out_dtype in ("bf16", "f16"):
         out.append(FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
         out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
-    out += ring_2d_variants(arch)
-    return out
-
-
-def ring_2d_variants(arch: str = "sm_90a") -> list[KernelSpec]:
-    """The 2D kernels ``runtime/nvfp4_2d.py``'s RING_2D (and EVICT_FIRST_2D) select: every
-    16-bit-input variant with ``Nvfp4Quantize2dSpec.ring``, the fake-quant ones also with
-    ``evict_first`` (sm_90a)."""
-    out: list[KernelSpec] = []
-    for in_dtype in ("bf16", "f16"):
-        for out_dtype in ("bf16", "f16"):
-            fake = dict(arch=arch, in_dtype=in_dtype, fake_out=out_dtype, ring=True)
-            out.append(Nvfp4Quantize2dSpec(**fake))
-            if arch not in HW_E2M1_ARCHS:
-                out.append(Nvfp4Quantize2dSpec(**fake, evict_first=True))
-        for rowwise, columnwise in ((True, True), (True, False), (False, True)):
-            for swizzled in (False, True):
-                out.append(
-                    Nvfp4Quantize2dSpec(
-                        arch=arch,
-                        in_dtype=in_dtype,
-                        rowwise=rowwise,
-                        columnwise=columnwise,
-                        swizzled=swizzled,
-                        ring=True,
-                    )
-                )
     return out
 
 

@@ -35,14 +35,6 @@ _PTR_TABLES_SIZE = 64
 # fake-quant by codes and decode), for A/B timing and bit comparison in one process
 # (perf/probes/fake_quant_ab.py); read at every call, part of the replay keys
 LEGACY_2D = False
-# True: 16-bit weights go through the kernel's per-thread cp.async ring of tile slots
-# (Nvfp4Quantize2dSpec.ring: loads in flight while a tile is reduced / quantized, phase 1's last
-# tiles kept for phase 2, the global scales once per expert); issue 20, branch fq5, for A/B
-# (perf/probes/fake_quant_ab.py --flag nvfp4_2d.RING_2D); read at every call, in the replay keys
-RING_2D = False
-# True (with RING_2D, the fake-quant on sm_90a): the ring kernel's L2 hints
-# (Nvfp4Quantize2dSpec.evict_first); --flag nvfp4_2d.EVICT_FIRST_2D --base nvfp4_2d.RING_2D
-EVICT_FIRST_2D = False
 _LOCK = threading.Lock()
 
 
@@ -55,10 +47,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(
-    arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False, ring=False,
-    evict_first=False,
-):  # fmt: skip
+def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False):
     return Nvfp4Quantize2dSpec(
         arch=arch,
         in_dtype=in_dtype,
@@ -67,18 +56,7 @@ def _spec(
         swizzled=swizzled,
         fake_out=fake_out,
         legacy=legacy,
-        ring=ring,
-        evict_first=evict_first,
     )
-
-
-def _variant(arch: str, in_dtype: str, fake: bool) -> tuple:
-    """(legacy, ring, evict_first) of the kernel the module flags select for these weights:
-    the ring for 16-bit weights only (an f32 tile does not fit its slots), its L2 hints for
-    the fake-quant on sm_90a only; LEGACY_2D wins over both."""
-    ring = RING_2D and not LEGACY_2D and in_dtype != "f32"
-    evict_first = EVICT_FIRST_2D and ring and fake and arch == "sm_90a"
-    return LEGACY_2D, ring, evict_first
 
 
 def output_shapes(num_experts: int, rows: int, cols: int) -> dict:
@@ -207,28 +185,27 @@ def work_items(
 
 
 # The cooperative grid's kernel: 256 threads and ~5 KB of shared memory per CTA (the transpose
-# tile, the warp maxima and the scale table; + 48 KB with the ring), registers capped for
-# RESIDENT_CTAS CTAs per SM by the compiler.
+# tile, the warp maxima and the scale table), registers capped for RESIDENT_CTAS CTAs per SM
+# by the compiler.
 _THREADS = 256
-_SMEM_BYTES = Nvfp4Quantize2dSpec().smem_bytes() + 1024  # + the system's 1 KB per resident CTA
+_SMEM_BYTES = 128 * 40 + 32 + 64 + 1024  # + the system's 1 KB per resident CTA
 
 
 @functools.cache
-def _resident_ctas(index: int, smem_bytes: int = _SMEM_BYTES) -> int:
+def _resident_ctas(index: int) -> int:
     """CTAs of the 2D kernel that an SM of this device holds at once: the compiled residency,
-    or less if the SM's threads or shared memory say so (torch reports both). ``smem_bytes``:
-    a CTA's shared memory with the system's 1 KB (``Nvfp4Quantize2dSpec.smem_bytes`` + 1024)."""
+    or less if the SM's threads or shared memory say so (torch reports both)."""
     p = torch.cuda.get_device_properties(index)
     threads = getattr(p, "max_threads_per_multi_processor", 2048) // _THREADS
-    smem = getattr(p, "shared_memory_per_multiprocessor", 228 * 1024) // smem_bytes
+    smem = getattr(p, "shared_memory_per_multiprocessor", 228 * 1024) // _SMEM_BYTES
     return max(1, min(Nvfp4Quantize2dSpec.RESIDENT_CTAS, threads, smem))
 
 
-def cooperative_grid(device: torch.device, items: int, smem_bytes: int = _SMEM_BYTES) -> int:
+def cooperative_grid(device: torch.device, items: int) -> int:
     """The grid of a launch that computes the amax: every CTA co-resident (the grid barrier
     waits for all of them), never more CTAs than work items."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    return min(items, _launch.sm_count(device) * _resident_ctas(index, smem_bytes))
+    return min(items, _launch.sm_count(device) * _resident_ctas(index))
 
 
 def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> None:
@@ -245,17 +222,15 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
     dummy = groups.dummy_buffer(dev)
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
-    in_dtype = IN_DTYPES[first.dtype]
-    spec = _spec(arch, in_dtype, *spec_args, *_variant(arch, in_dtype, bool(fake)))
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
         fold, barrier = ws.fold, ws.barrier
-        num_ctas = cooperative_grid(dev, items, spec.smem_bytes() + 1024)
+        num_ctas = cooperative_grid(dev, items)
     else:
         fold = barrier = dummy
         num_ctas = items
     _launch.run(
-        spec,
+        _spec(arch, IN_DTYPES[first.dtype], *spec_args, LEGACY_2D),
         _launch.ptr(first),
         _launch.ptr(ptrs, 8),
         int(not stacked),
@@ -482,7 +457,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
     path, recorded when it may be replayed. A list of experts always takes the checked path (its
     pointer table is per address list)."""
-    flags = (rowwise, columnwise, swizzled, LEGACY_2D, RING_2D, EVICT_FIRST_2D)
+    flags = (rowwise, columnwise, swizzled, LEGACY_2D)
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
@@ -504,7 +479,7 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype, LEGACY_2D, RING_2D, EVICT_FIRST_2D)
+    flags = (out_dtype, LEGACY_2D)
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit

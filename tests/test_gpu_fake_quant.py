@@ -32,13 +32,10 @@ def rows_legacy(request, monkeypatch):
     return request.param != "new"
 
 
-@pytest.fixture(params=["new", "legacy", "ring", "ring-hints"], ids=lambda p: f"2d-{p}")
+@pytest.fixture(params=[False, True], ids=["2d-new", "2d-legacy"])
 def legacy_2d(request, monkeypatch):
-    """The 2D kernels: issue 20's (tile walk, value path), Nvfp4Quantize2dSpec.legacy, and
-    the tile ring (Nvfp4Quantize2dSpec.ring; "ring-hints": with evict_first)."""
-    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param == "legacy")
-    monkeypatch.setattr(nvfp4_2d, "RING_2D", request.param.startswith("ring"))
-    monkeypatch.setattr(nvfp4_2d, "EVICT_FIRST_2D", request.param == "ring-hints")
+    """The 2D kernels: issue 20's (tile walk, value path) and Nvfp4Quantize2dSpec.legacy."""
+    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param)
     return request.param
 
 

@@ -3,17 +3,11 @@ in one process (issue 20: >= 80% of the copy rate on an H200).
 
     python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
     python perf/probes/fake_quant_ab.py --flag COLS_SR_STAGE [--ops ...]
-    python perf/probes/fake_quant_ab.py --flag nvfp4_2d.RING_2D [--ops ...]
-    python perf/probes/fake_quant_ab.py --flag nvfp4_2d.EVICT_FIRST_2D --base nvfp4_2d.RING_2D
 
 ``--flag NAME[,NAME...]``: instead of the legacy switches, A/B a module flag (or several set
-together) of ``cutequant.fake_quant`` (``NAME`` or ``fake_quant.NAME``) or of
-``cutequant.nvfp4_2d`` (``nvfp4_2d.NAME``) on every op given (default: the columnwise SR
-kernel, or with only nvfp4_2d flags the 2D fake-quant; the 2D quantize ops
-``nvfp4_2d_weights*`` take nvfp4_2d flags too): side "off" = the flags False (the default
-kernels), "on" = True; bits compared first on every case (the columnwise ops with and without
-the RHT), then timed alternately as below. ``--base NAME[,NAME...]``: flags set True on both
-sides for the whole run (A/B one switch on top of another).
+together) of ``cutequant.fake_quant`` on every op given (default: the columnwise SR kernel):
+side "off" = the flags False (the default kernels), "on" = True; bits compared first on every
+case (the columnwise ops with and without the RHT), then timed alternately as below.
 
 For each op with a switch (``SWITCHES``: ``fake_quant.COLS_LEGACY``, the columnwise kernel;
 ``fake_quant.ROWS_SR_LEGACY``, the stochastic rowwise kernel; ``nvfp4_2d.LEGACY_2D``, the 2D
@@ -85,10 +79,9 @@ def rows_sr_outputs(case):
     return y.view(torch.int16)
 
 
-def weights_2d_outputs(case, fake: bool, op: str = ""):
-    """The 2D kernel's outputs (the case's shape as E experts, as bench.py): the fake-quant
-    values (computed amax), or every quantize output byte and the amax of quantize ``op`` as
-    bench.py times it (computed or given amax, compact or swizzled)."""
+def weights_2d_outputs(case, fake: bool):
+    """The 2D kernel's outputs (computed amax; the case's shape as E experts, as bench.py):
+    the fake-quant values, or every quantize output byte (one allocation) and the amax."""
     gen = torch.Generator().manual_seed(0)
     _, splits, xs = bench.make_inputs(case, gen)
     e, n_cols = len(splits), xs[0].shape[1]
@@ -97,9 +90,8 @@ def weights_2d_outputs(case, fake: bool, op: str = ""):
     if fake:
         y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
         out = torch.cat([y.view(torch.int16).reshape(-1).view(torch.uint8), amax.view(torch.uint8)])
-    else:  # as the op times it: a given amax (quantize_only), swizzled scales
-        given = w.float().abs().amax(dim=(1, 2)) if op.endswith("quantize_only") else None
-        got = nvfp4_2d.nvfp4_quantize_2d_impl(w, True, True, op.endswith("swizzled"), given)
+    else:
+        got = nvfp4_2d.nvfp4_quantize_2d_impl(w, True, True, False, None)
         out = torch.cat([t.reshape(-1).view(torch.uint8) for t in got])
     torch.cuda.synchronize()
     return out
@@ -110,30 +102,20 @@ def outputs(op, case):
         return columnwise_outputs(case, op.endswith("_sr")).view(torch.int16)
     if op == "fake_quant_rows_sr":
         return rows_sr_outputs(case)
-    return weights_2d_outputs(case, op == "fake_quant_weights_2d", op)
-
-
-MODULES = {"fake_quant": fake_quant, "nvfp4_2d": nvfp4_2d}
+    return weights_2d_outputs(case, op == "fake_quant_weights_2d")
 
 
 def _set(mod, flag, value: bool):
-    """Set one module flag, or each of a comma-separated list (``module.NAME`` picks the
-    module from ``MODULES``; a bare name is ``mod``'s)."""
+    """Set one module flag, or each of a comma-separated list."""
     for name in flag.split(","):
-        target = mod
-        if "." in name:
-            prefix, name = name.split(".", 1)
-            if prefix not in MODULES:
-                raise SystemExit(f"--flag: no module {prefix} (one of {', '.join(MODULES)})")
-            target = MODULES[prefix]
-        if not hasattr(target, name):
-            raise SystemExit(f"{target.__name__} has no flag {name}")
-        setattr(target, name, value)
+        if not hasattr(mod, name):
+            raise SystemExit(f"{mod.__name__} has no flag {name}")
+        setattr(mod, name, value)
 
 
 def compare_bits(op, case) -> bool:
     mod, flag = SWITCHES[op]
-    if op in QUANTIZE_2D_OPS[1:] and flag == "LEGACY_2D":
+    if op in QUANTIZE_2D_OPS[1:]:
         return True  # one 2D quantize comparison (rowwise + columnwise, compact) is enough
     outs = []
     for legacy in (False, True):
@@ -164,23 +146,15 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=",".join(bench.CASES))
     p.add_argument("--ops", default=None, help=f"default: {','.join(OPS)}")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument(
-        "--flag", default=None, help="A/B these flags (comma-separated; nvfp4_2d.NAME for 2D)"
-    )
-    p.add_argument("--base", default=None, help="flags set True on both sides (comma-separated)")
+    p.add_argument("--flag", default=None, help="A/B these fake_quant flags (comma-separated)")
     args = p.parse_args(argv)
     cases = args.cases.split(",")
     labels = ("new", "legacy")
-    if args.base:
-        _set(fake_quant, args.base, True)
-        print(f"base: {args.base} = True on both sides")
     if args.flag:
-        only_2d = all(name.startswith("nvfp4_2d.") for name in args.flag.split(","))
-        default = "fake_quant_weights_2d" if only_2d else "fake_quant_columnwise_kernel_sr"
-        ops = (args.ops or default).split(",")
+        ops = (args.ops or "fake_quant_columnwise_kernel_sr").split(",")
         for op in ops:
-            if not (op.startswith("fake_quant_") or (only_2d and op in QUANTIZE_2D_OPS)):
-                raise SystemExit(f"--flag: {op} is not a fake_quant (or, for 2D flags, 2D) op")
+            if not op.startswith("fake_quant_"):
+                raise SystemExit(f"--flag: {op} is not a fake_quant op")
             SWITCHES[op] = (fake_quant, args.flag)
         _set(fake_quant, args.flag, False)  # checks the names
         labels = (f"{args.flag}=off", "on")
