@@ -295,12 +295,12 @@ def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
 # two results into a 16-bit pair and take the pair's two sign bits from x's word in the same
 # positions: one LOP3 (``sign_select``) a word, i.e. half an instruction a value instead of one.
 # Exceptions: a NaN in the block makes sf NaN (e4m3 0x7F; its amax is NaN) and every result the
-# canonical NaN, whose sign bit must stay clear: that block's mask is 0 (``sign_keep``). x = +-0
-# with enc = -inf (sf S_dec = -0) would give s NaN -> +6; it needs a zero sf whose sign differs
-# from S_dec's, which the e4m3 cvt of amax (>= +0) x S_enc / 6 cannot produce (S_enc / 6 has
-# S_dec's sign, and the cvt keeps the sign of a zero). tests/test_e2m1_value.py checks the rule
-# against the per-value signs on a model of the fp32 path (every e4m3 scale, S_dec of both
-# signs, specials, every random byte).
+# canonical NaN, whose sign bit must stay clear: that block's mask is 0 (``sign_keep``). x = +0
+# with enc = -inf (sf S_dec rounding to -0) would give s NaN -> +6; it needs an sf whose sign
+# differs from S_dec's, which the e4m3 cvt of amax (>= +0) x S_enc / 6 cannot produce (S_enc / 6
+# has S_dec's sign; the cvt keeps the sign, zeros included). tests/test_fake_quant_sign_words.py
+# checks the rule against the per-value signs on a model of the fp32 path (every e4m3 scale,
+# S_dec of both signs, specials, every random byte).
 SIGN_BITS = 0x80008000  # the sign bits of a packed 16-bit pair
 
 
@@ -356,7 +356,9 @@ def rows_block_amax2(row0: list, row1: list) -> tuple:
     tops = []
     for level in (list(row0), list(row1)):  # plain Python: unrolled at trace time
         while len(level) > 1:
-            level = [dev.bf16x2_absmax(level[2 * j], level[2 * j + 1]) for j in range(len(level) // 2)]
+            level = [
+                dev.bf16x2_absmax(level[2 * j], level[2 * j + 1]) for j in range(len(level) // 2)
+            ]
         tops.append(level[0])
     both = dev.bf16x2_absmax(dev.prmt(tops[0], tops[1], 0x5410), dev.prmt(tops[0], tops[1], 0x7632))
     return (
@@ -379,7 +381,10 @@ def opaque_u32(addr: Int32, value: Uint32, *, loc=None, ip=None) -> Uint32:
     )
     return Uint32(
         dev.volatile_asm(
-            T.i32(), "ld.volatile.shared.u32 $0, [$1];", "=r,r", [Int32(addr).ir_value(loc=loc, ip=ip)]
+            T.i32(),
+            "ld.volatile.shared.u32 $0, [$1];",
+            "=r,r",
+            [Int32(addr).ir_value(loc=loc, ip=ip)],
         )
     )
 

@@ -208,7 +208,9 @@ def nvfp4_fake_quantize_columnwise_impl(
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
     sr_stage = COLS_SR_STAGE and bool(stochastic_rounding) and not COLS_LEGACY
-    sign_words = (COLS_SR_SIGN_WORDS if stochastic_rounding else COLS_SIGN_WORDS) and not COLS_LEGACY
+    sign_words = (
+        COLS_SR_SIGN_WORDS if stochastic_rounding else COLS_SIGN_WORDS
+    ) and not COLS_LEGACY
     spec = _cols_spec(
         arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage, sign_words
     )
