@@ -570,15 +570,32 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
     # p 2^22 (``fake_quant.e2m1_sr_value_rz``, as FakeQuantColsSpec.sr_stage);
     # runtime/fake_quant.py's ROWS_SR_RZ. Left out of the key and the source when False.
     sr_rz: bool = False
+    # Issue 20, branch fq6 (stochastic, non-legacy; ALU-pipe cuts, each left out of the key and
+    # the source when False; runtime/fake_quant.py's ROWS_SIGN_WORDS / ROWS_AMAX_WORDS /
+    # ROWS_SR_PRMT): ``sign_words``: unsigned e2m1 values, each packed output pair taking its
+    # sign bits from x's word (``fake_quant.sign_select``: one LOP3 a pair, not one a value);
+    # ``amax_words``: the block amax by packed bf16x2 |max| trees on the loaded words;
+    # ``sr_prmt``: random bytes by PRMT into an opaque magic (one PRMT a byte instead of a LOP3
+    # and a quarter shift; the magic through a 16-byte shared word).
+    sign_words: bool = False
+    amax_words: bool = False
+    sr_prmt: bool = False
+
+    _FQ6: ClassVar[tuple] = ("sign_words", "amax_words", "sr_prmt")
 
     def fields(self) -> dict:
         out = super().fields()
-        if not self.sr_rz:
-            del out["sr_rz"]
+        for name in ("sr_rz", *self._FQ6):
+            if not getattr(self, name):
+                del out[name]
         return out
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "sr_rz": self.sr_rz}
+        return {
+            **super().render_fields(),
+            "sr_rz": self.sr_rz,
+            **{name: getattr(self, name) for name in self._FQ6},
+        }
 
     def __post_init__(self):
         super().__post_init__()
@@ -586,8 +603,9 @@ class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
         if self.legacy and not self.stochastic:
             raise ValueError("legacy: only the stochastic rowwise kernel has a legacy form")
-        if self.sr_rz and (self.legacy or not self.stochastic):
-            raise ValueError("sr_rz: only the stochastic (non-legacy) rowwise kernel")
+        for name in ("sr_rz", *self._FQ6):
+            if getattr(self, name) and (self.legacy or not self.stochastic):
+                raise ValueError(f"{name}: only the stochastic (non-legacy) rowwise kernel")
 
 
 @dataclass(frozen=True)
@@ -616,10 +634,16 @@ class FakeQuantColsSpec(KernelSpec):
     # (``fake_quant.e2m1_sr_value_rz``); runtime/fake_quant.py's COLS_SR_STAGE. Left out of the
     # key and the source when False, like ``legacy``.
     sr_stage: bool = False
+    # True (non-legacy, RN or SR; issue 20, branch fq6): unsigned e2m1 values, each packed output
+    # pair taking its sign bits from the (RHT) input word in the same place
+    # (``fake_quant.sign_select``, one LOP3 a pair instead of one a value; the (enc, sf) table
+    # gains the per-scale mask: 16-byte entries); runtime/fake_quant.py's COLS_SIGN_WORDS. Left
+    # out of the key and the source when False.
+    sign_words: bool = False
 
     def fields(self) -> dict:
         out = super().fields()
-        for name in ("legacy", "sr_stage"):
+        for name in ("legacy", "sr_stage", "sign_words"):
             if not getattr(self, name):
                 out.pop(name)
         return out
@@ -630,6 +654,7 @@ class FakeQuantColsSpec(KernelSpec):
             "tile_cols": self.TILE_COLS,
             "legacy": self.legacy,
             "sr_stage": self.sr_stage,
+            "sign_words": self.sign_words,
         }
 
     def __post_init__(self):
@@ -638,18 +663,33 @@ class FakeQuantColsSpec(KernelSpec):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
         if self.sr_stage and (self.legacy or not self.stochastic):
             raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
+        if self.sign_words and self.legacy:
+            raise ValueError("sign_words: only the non-legacy columnwise kernel")
 
 
 def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
     ``all_specs``: nothing precompiles them): the SR kernels as they were before the defaults
     ``FakeQuantColsSpec.sr_stage`` (staged random words) and ``FakeQuantRowsSpec.sr_rz`` (the
-    fma.rz floor), per output dtype. tests/test_compile.py compiles them, tests/test_codegen.py
-    lints them."""
+    fma.rz floor), per output dtype; and branch fq6's switches (default off) on top of the
+    defaults: ``FakeQuantColsSpec.sign_words`` (RN and SR), ``FakeQuantRowsSpec.sign_words`` /
+    ``amax_words`` / ``sr_prmt`` each alone and all three. tests/test_compile.py compiles them,
+    tests/test_codegen.py lints them."""
     out: list[KernelSpec] = []
     for out_dtype in ("bf16", "f16"):
         out.append(FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
         out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
+        # branch fq6 (default off): on top of the defaults, each alone and the rows' together
+        for stochastic in (False, True):
+            out.append(
+                FakeQuantColsSpec(
+                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic,
+                    sign_words=True,
+                )
+            )  # fmt: skip
+        rows = FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True)
+        for names in (("sign_words",), ("amax_words",), ("sr_prmt",), FakeQuantRowsSpec._FQ6):
+            out.append(dataclasses.replace(rows, **{name: True for name in names}))
     return out
 
 

@@ -285,6 +285,110 @@ def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
     return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
 
 
+# ------------------------------------------------------------------------------ signs from x
+# (``FakeQuantRowsSpec.sign_words`` / ``FakeQuantColsSpec.sign_words``, issue 20, branch fq6)
+#
+# The value path above ORs s's sign into every e2m1 magnitude (one LOP3 a value). The sign of
+# the result f32(f32(+-q sf) S_dec) is x's own sign wherever it is not NaN: s = x enc has sign
+# sgn(x) ^ sgn(enc), and sgn(enc) = sgn(sf) ^ sgn(S_dec) (enc = fmin(1 / (sf S_dec), FLT_MAX)),
+# which the two multiplies take back out. So the kernels multiply the unsigned magnitude, pack
+# two results into a 16-bit pair and take the pair's two sign bits from x's word in the same
+# positions: one LOP3 (``sign_select``) a word, i.e. half an instruction a value instead of one.
+# Exceptions: a NaN in the block makes sf NaN (e4m3 0x7F; its amax is NaN) and every result the
+# canonical NaN, whose sign bit must stay clear: that block's mask is 0 (``sign_keep``). x = +0
+# with enc = -inf (sf S_dec rounding to -0) would give s NaN -> +6; it needs an sf whose sign
+# differs from S_dec's, which the e4m3 cvt of amax (>= +0) x S_enc / 6 cannot produce (S_enc / 6
+# has S_dec's sign; the cvt keeps the sign, zeros included). tests/test_fake_quant_sign_words.py
+# checks the rule against the per-value signs on a model of the fp32 path (every e4m3 scale,
+# S_dec of both signs, specials, every random byte).
+SIGN_BITS = 0x80008000  # the sign bits of a packed 16-bit pair
+
+
+def e2m1_rn_mag(s: Float32) -> Float32:
+    """``e2m1_rn_value`` without the sign (the magnitude, >= +0)."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
+    p = _unit_scale(a)
+    t = dev.fma_rn(p, Float32(RHT_MAGIC), a)
+    return dev.fma_rn(p, Float32(-RHT_MAGIC), t)
+
+
+def e2m1_sr_mag(s: Float32, rb: Float32) -> Float32:
+    """``e2m1_sr_value`` without the sign."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
+    t = dev.fma_rn(rb, _unit_scale(a), a)
+    floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
+    return dq.mul_rn(dev.bits_f32(floor), Float32(SR_GRID_UNSCALE))
+
+
+def e2m1_sr_mag_rz(s: Float32, rb: Float32) -> Float32:
+    """``e2m1_sr_value_rz`` without the sign."""
+    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
+    p = _unit_scale(a)
+    t = dev.fma_rn(rb, p, a)
+    floor = dev.fma_rz(p, Float32(RHT_MAGIC), t)
+    return dev.fma_rn(p, Float32(-RHT_MAGIC), floor)
+
+
+def sign_keep(sf_byte_is_nan):
+    """The ``sign_select`` mask of a block: SIGN_BITS, or 0 where its scale is NaN."""
+    return Uint32(cutlass.select_(sf_byte_is_nan, Uint32(0), Uint32(SIGN_BITS)))
+
+
+@dsl_user_op
+def sign_select(packed: Uint32, x_word: Uint32, keep: Uint32, *, loc=None, ip=None) -> Uint32:
+    """(packed & ~keep) | (x_word & keep) in one LOP3: the packed magnitudes with x's signs."""
+    return Uint32(
+        dev._asm(
+            T.i32(),
+            "lop3.b32 $0, $1, $2, $3, 0xD8;",
+            "=r,r,r,r",
+            dev._ir((packed, x_word, keep), (Uint32, Uint32, Uint32), loc, ip),
+        )
+    )
+
+
+def rows_block_amax2(row0: list, row1: list) -> tuple:
+    """Non-negative |max| (fp32, NaN kept) of two 16-value bf16 blocks given as 8 packed words
+    each (``FakeQuantRowsSpec.amax_words``): a bf16x2 |max| tree per row (7 each), the two rows'
+    halves paired by PRMT into one more: 17 ALU ops for 32 values instead of 32 FMNMX. The
+    max of bf16 values is the max of their exact fp32 widenings, so the amax is the FMNMX
+    chain's. The |.| at the end folds into block_scales2's multiply."""
+    tops = []
+    for level in (list(row0), list(row1)):  # plain Python: unrolled at trace time
+        while len(level) > 1:
+            level = [
+                dev.bf16x2_absmax(level[2 * j], level[2 * j + 1]) for j in range(len(level) // 2)
+            ]
+        tops.append(level[0])
+    both = dev.bf16x2_absmax(dev.prmt(tops[0], tops[1], 0x5410), dev.prmt(tops[0], tops[1], 0x7632))
+    return (
+        cute.math.absf(dev.bits_f32(both << 16)),
+        cute.math.absf(dev.bits_f32(both & Uint32(0xFFFF0000))),
+    )
+
+
+@dsl_user_op
+def opaque_u32(addr: Int32, value: Uint32, *, loc=None, ip=None) -> Uint32:
+    """``value`` stored to shared address ``addr`` and loaded back (volatile, so neither LLVM nor
+    ptxas forwards it): a register whose constant ptxas cannot see (the PRMT random-byte magic of
+    ``stochastic.random_bytes_f32_prmt``; FakeQuantRowsSpec.sr_prmt). Every thread may store the
+    same value to the same address: a thread reads its own store or an equal one, no barrier."""
+    dev.volatile_asm(
+        None,
+        "st.volatile.shared.u32 [$0], $1;",
+        "r,r",
+        [Int32(addr).ir_value(loc=loc, ip=ip), Uint32(value).ir_value(loc=loc, ip=ip)],
+    )
+    return Uint32(
+        dev.volatile_asm(
+            T.i32(),
+            "ld.volatile.shared.u32 $0, [$1];",
+            "=r,r",
+            [Int32(addr).ir_value(loc=loc, ip=ip)],
+        )
+    )
+
+
 def stage_random_words(buf: Int32, lane: Int32, block_ids: list, rng: tuple):
     """Draw this lane's two Philox calls (``block_ids``: Int64 ids of block q of columns gq and
     gq + 8) and store each word e where lane (gq, e) reads it (``rand_write_offset``)."""

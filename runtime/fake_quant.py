@@ -42,6 +42,17 @@ COLS_SR_STAGE = True
 # (FakeQuantRowsSpec.sr_rz, branch fq4; H200 run 41: 1-2% less time); ignored by the RN and
 # legacy rowwise kernels
 ROWS_SR_RZ = True
+# Issue 20, branch fq6 (A/B switches, default off; ignored by the RN and legacy rowwise
+# kernels): ALU-pipe cuts of the stochastic rowwise kernel, FakeQuantRowsSpec's fields of the
+# same names: output signs from x's words (sign_words), the block amax by packed bf16x2 trees
+# (amax_words), random bytes by PRMT (sr_prmt)
+ROWS_SIGN_WORDS = False
+ROWS_AMAX_WORDS = False
+ROWS_SR_PRMT = False
+# FakeQuantColsSpec.sign_words for the RN (COLS_SIGN_WORDS) and the stochastic
+# (COLS_SR_SIGN_WORDS) columnwise kernel; ignored by the legacy one
+COLS_SIGN_WORDS = False
+COLS_SR_SIGN_WORDS = False
 
 
 def _check_fake_quantize(
@@ -148,7 +159,11 @@ def nvfp4_fake_quantize_rows_impl(
     if m_rows and num_ctas:
         legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
         sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
-        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz)
+        fq6 = tuple(
+            flag and bool(stochastic_rounding) and not legacy
+            for flag in (ROWS_SIGN_WORDS, ROWS_AMAX_WORDS, ROWS_SR_PRMT)
+        )
+        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz, *fq6)
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -193,7 +208,12 @@ def nvfp4_fake_quantize_columnwise_impl(
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
     sr_stage = COLS_SR_STAGE and bool(stochastic_rounding) and not COLS_LEGACY
-    spec = _cols_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage)
+    sign_words = (
+        COLS_SR_SIGN_WORDS if stochastic_rounding else COLS_SIGN_WORDS
+    ) and not COLS_LEGACY
+    spec = _cols_spec(
+        arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage, sign_words
+    )
     stream = _launch.raw_stream(dev)
     layout, amax_in, amax_col, copy_count = _amax_and_layout(
         x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
@@ -227,20 +247,34 @@ def nvfp4_fake_quantize_columnwise_impl(
 
 @functools.cache
 def _rows_spec(
-    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False, sr_rz: bool = False
+    arch: str,
+    stochastic: bool,
+    out_dtype: str,
+    legacy: bool = False,
+    sr_rz: bool = False,
+    sign_words: bool = False,
+    amax_words: bool = False,
+    sr_prmt: bool = False,
 ) -> FakeQuantRowsSpec:
     return FakeQuantRowsSpec(
-        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_rz=sr_rz
-    )
+        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_rz=sr_rz,
+        sign_words=sign_words, amax_words=amax_words, sr_prmt=sr_prmt,
+    )  # fmt: skip
 
 
 @functools.cache
 def _cols_spec(
-    arch: str, stochastic: bool, out_dtype: str, legacy: bool = False, sr_stage: bool = False
+    arch: str,
+    stochastic: bool,
+    out_dtype: str,
+    legacy: bool = False,
+    sr_stage: bool = False,
+    sign_words: bool = False,
 ) -> FakeQuantColsSpec:
     return FakeQuantColsSpec(
-        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_stage=sr_stage
-    )
+        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_stage=sr_stage,
+        sign_words=sign_words,
+    )  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ STE Linear
@@ -353,7 +387,8 @@ def nvfp4_fake_quantize(
             rng_state, amax, out_dtype,
         )  # fmt: skip
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
-             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE, ROWS_SR_RZ)  # fmt: skip
+             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE, ROWS_SR_RZ, ROWS_SIGN_WORDS,
+             ROWS_AMAX_WORDS, ROWS_SR_PRMT, COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS)  # fmt: skip
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

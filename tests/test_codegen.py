@@ -130,6 +130,29 @@ def test_fake_quant_sr_stage_key_and_rules():
             S.FakeQuantRowsSpec(**{"stochastic": True, "sr_rz": True, **bad})
 
 
+def test_fake_quant_fq6_switches_key_and_rules():
+    """Branch fq6's switches (``FakeQuantRowsSpec.sign_words`` / ``amax_words`` / ``sr_prmt``,
+    ``FakeQuantColsSpec.sign_words``): off leaves the keys alone, on changes key and source;
+    the rowwise ones only on the stochastic non-legacy kernel, the columnwise one on RN and SR
+    but not legacy."""
+    rows = S.FakeQuantRowsSpec(stochastic=True, sr_rz=True)
+    marks = {"sign_words": "sign_select", "amax_words": "rows_block_amax2", "sr_prmt": "opaque_u32"}
+    for name, mark in marks.items():
+        on = dataclasses.replace(rows, **{name: True})
+        assert name not in rows.key() and on.key() != rows.key()
+        assert mark in render(on) and mark not in render(rows)
+        for bad in (dict(stochastic=False, sr_rz=False), dict(legacy=True, sr_rz=False)):
+            with pytest.raises(ValueError, match=name):
+                S.FakeQuantRowsSpec(**{"stochastic": True, name: True, **bad})
+    for stochastic in (False, True):
+        cols = S.FakeQuantColsSpec(stochastic=stochastic, sr_stage=stochastic)
+        on = dataclasses.replace(cols, sign_words=True)
+        assert "sign_words" not in cols.key() and on.key() != cols.key()
+        assert "sign_select" in render(on) and "sign_select" not in render(cols)
+    with pytest.raises(ValueError, match="sign_words"):
+        S.FakeQuantColsSpec(legacy=True, sign_words=True)
+
+
 def test_runtime_values_are_not_in_the_key():
     """Split sizes, offsets, M, N and the SM count are runtime arguments, never spec fields."""
     banned = {"m", "n", "m_rows", "n_cols", "splits", "num_groups", "offsets", "sm_count"}

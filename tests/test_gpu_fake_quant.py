@@ -21,14 +21,23 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
-@pytest.fixture(params=["new", "legacy", "no-rz"], ids=lambda p: f"rows-{p}")
+ROWS_FQ6 = {"sign": ("ROWS_SIGN_WORDS",), "amax": ("ROWS_AMAX_WORDS",), "prmt": ("ROWS_SR_PRMT",)}
+ROWS_FQ6["fq6"] = tuple(f for names in ROWS_FQ6.values() for f in names)
+
+
+@pytest.fixture(
+    params=["new", "legacy", "no-rz", "sign", "amax", "prmt", "fq6"], ids=lambda p: f"rows-{p}"
+)
 def rows_legacy(request, monkeypatch):
     """The stochastic rowwise kernels (the default, with the fma.rz floor,
     FakeQuantRowsSpec.sr_rz; the code-and-decode one before issue 20, FakeQuantRowsSpec.legacy;
-    and the SR value path without the fma.rz floor); the RN kernel has one form. Truthy for the
-    non-default kernels (RN tests skip them)."""
+    the SR value path without the fma.rz floor; branch fq6's switches sign_words / amax_words /
+    sr_prmt, each alone and together); the RN kernel has one form. Truthy for the non-default
+    kernels (RN tests skip them)."""
     monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
-    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param == "new")
+    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param not in ("legacy", "no-rz"))
+    for flag in ROWS_FQ6["fq6"]:
+        monkeypatch.setattr(fake_quant, flag, flag in ROWS_FQ6.get(request.param, ()))
     return request.param != "new"
 
 
@@ -104,13 +113,16 @@ def test_rows_extremes(stochastic, rng, rows_legacy):
     assert_same_bits(y, want, "extremes")
 
 
-@pytest.fixture(params=["new", "legacy", "no-stage"], ids=lambda p: f"cols-{p}")
+@pytest.fixture(params=["new", "legacy", "no-stage", "sign"], ids=lambda p: f"cols-{p}")
 def cols_kernel(request, monkeypatch):
     """The columnwise kernels: the default (SR with staged random words,
     FakeQuantColsSpec.sr_stage, which RN calls ignore), the one before issue 20
-    (FakeQuantColsSpec.legacy) and the SR kernel without the staged words."""
+    (FakeQuantColsSpec.legacy), the SR kernel without the staged words, and the default with
+    branch fq6's FakeQuantColsSpec.sign_words (RN and SR: COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS)."""
     monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param == "legacy")
     monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param != "no-stage")
+    monkeypatch.setattr(fake_quant, "COLS_SIGN_WORDS", request.param == "sign")
+    monkeypatch.setattr(fake_quant, "COLS_SR_SIGN_WORDS", request.param == "sign")
     return request.param
 
 
