@@ -299,9 +299,21 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
     rht_mma: str = "auto"
+    # True (issue 17, eleventh session, branch speed4): the hot loops with fewer ALU-pipe
+    # instructions (kernels/nvfp4_trim.py: enc-table addresses and the ring position by IMAD,
+    # the encoder's multipliers as loop-invariant operands, unmasked stores for whole blocks);
+    # runtime/nvfp4.py's ALU_TRIM, for A/B on the GPU. Same bits. Left out of the key and the
+    # source when False, so the default kernels' keys stay put.
+    alu_trim: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not out["alu_trim"]:
+            del out["alu_trim"]
+        return out
 
     def round_robin_chunk(self) -> int:
         """Tiles per round-robin chunk of the walk (kernels/schedule.py, ``cta_runs``); 0, the
@@ -311,7 +323,11 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
         return max(self.plan.chunk, 0)
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
+        return {
+            **super().render_fields(),
+            "chunk": self.round_robin_chunk(),
+            "alu_trim": self.alu_trim,
+        }
 
     def supported_archs(self) -> tuple[str, ...]:
         return HOPPER_ARCHS if self.rht_mma == "wgmma" else type(self).ARCHS
