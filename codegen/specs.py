@@ -669,6 +669,22 @@ def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     return out
 
 
+def nvfp4_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """The NVFP4 quantize kernels with ``alu_trim`` (runtime/nvfp4.py's ALU_TRIM, for A/B on the
+    GPU; not in ``all_specs``: nothing precompiles them): every ``nvfp4_quantize`` variant of
+    ``arch`` with the flag set. tests/test_compile.py compiles them (sm_90a), test_codegen.py
+    lints them."""
+    from dataclasses import replace
+
+    from cutequant import cli  # the precompiled variants (cli imports this module)
+
+    return [
+        replace(s, alu_trim=True)
+        for s in cli.all_specs(arch)
+        if isinstance(s, Nvfp4QuantizeSpec)
+    ]
+
+
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """Every variant of the recipe kernels (dequantize, 2D quantize, fake-quant) the runtime can
     ask for; ``cutequant.cli.all_specs`` includes them."""

@@ -69,9 +69,7 @@ def mul_hi_imm(a: Uint32, k: int, *, loc=None, ip=None) -> Uint32:
     """(a * k) >> 32 for a constant ``k`` (one IMAD.HI.U32: a right shift on the FMA pipe when
     k is a power of two)."""
     return Uint32(
-        dev._asm(
-            T.i32(), f"mul.hi.u32 $0, $1, {k:#x};", "=r,r", dev._ir((a,), (Uint32,), loc, ip)
-        )
+        dev._asm(T.i32(), f"mul.hi.u32 $0, $1, {k:#x};", "=r,r", dev._ir((a,), (Uint32,), loc, ip))
     )
 
 
