@@ -273,7 +273,8 @@ def nvfp4_group_quantize(
     key = hit = None
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
-                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma(), ALU_TRIM)  # fmt: skip
+                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
+                 ALU_TRIM)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
