@@ -299,9 +299,21 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
     rht_mma: str = "auto"
+    # True (issue 17, eleventh session, branch speed4): the hot loops with fewer ALU-pipe
+    # instructions (kernels/nvfp4_trim.py: enc-table addresses and the ring position by IMAD,
+    # the encoder's multipliers as loop-invariant operands, unmasked stores for whole blocks);
+    # runtime/nvfp4.py's ALU_TRIM, for A/B on the GPU. Same bits. Left out of the key and the
+    # source when False, so the default kernels' keys stay put.
+    alu_trim: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
+
+    def fields(self) -> dict:
+        out = super().fields()
+        if not out["alu_trim"]:
+            del out["alu_trim"]
+        return out
 
     def round_robin_chunk(self) -> int:
         """Tiles per round-robin chunk of the walk (kernels/schedule.py, ``cta_runs``); 0, the
@@ -311,7 +323,11 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
         return max(self.plan.chunk, 0)
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "chunk": self.round_robin_chunk()}
+        return {
+            **super().render_fields(),
+            "chunk": self.round_robin_chunk(),
+            "alu_trim": self.alu_trim,
+        }
 
     def supported_archs(self) -> tuple[str, ...]:
         return HOPPER_ARCHS if self.rht_mma == "wgmma" else type(self).ARCHS
@@ -691,6 +707,22 @@ def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         for names in (("sign_words",), ("amax_words",), ("sr_prmt",), FakeQuantRowsSpec._FQ6):
             out.append(dataclasses.replace(rows, **{name: True for name in names}))
     return out
+
+
+def nvfp4_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """The NVFP4 quantize kernels with ``alu_trim`` (runtime/nvfp4.py's ALU_TRIM, for A/B on the
+    GPU; not in ``all_specs``: nothing precompiles them): every ``nvfp4_quantize`` variant of
+    ``arch`` with the flag set. tests/test_compile.py compiles them (sm_90a), test_codegen.py
+    lints them."""
+    from dataclasses import replace
+
+    from cutequant import cli  # the precompiled variants (cli imports this module)
+
+    return [
+        replace(s, alu_trim=True)
+        for s in cli.all_specs(arch)
+        if isinstance(s, Nvfp4QuantizeSpec)
+    ]
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:

@@ -117,10 +117,23 @@ def device_chunk(
     return Nvfp4QuantizeSpec.MEMORY_BOUND_CHUNK
 
 
+# True: the quantize kernel with fewer ALU-pipe instructions in its hot loops
+# (Nvfp4QuantizeSpec.alu_trim, kernels/nvfp4_trim.py; issue 17, branch speed4), for A/B timing
+# and bit comparison in one process (perf/probes/nvfp4_ab.py); read at every call. Its 32-bit
+# offsets need M * N < 2^32 (ALU_TRIM_MAX_ELEMS): larger calls run the default kernel.
+ALU_TRIM = False
+ALU_TRIM_MAX_ELEMS = 1 << 32
+
+
+def alu_trim(m_rows: int, n_cols: int) -> bool:
+    """Whether this call runs the ``alu_trim`` kernel (the flag, and offsets fit 32 bits)."""
+    return ALU_TRIM and m_rows * n_cols < ALU_TRIM_MAX_ELEMS
+
+
 @functools.cache
 def _spec(
     arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
-    rht_mma: str = "auto",
+    rht_mma: str = "auto", trim: bool = False,
 ) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
@@ -131,6 +144,7 @@ def _spec(
         fast_math=fast_math,
         stochastic=stochastic,
         rht_mma=rht_mma,
+        alu_trim=trim,
     )
     if chunk == -1:
         return spec
@@ -259,7 +273,8 @@ def nvfp4_group_quantize(
     key = hit = None
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
-                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma())  # fmt: skip
+                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
+                 ALU_TRIM)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
@@ -360,15 +375,17 @@ def check_quantize(
 _SPECS: dict = {}
 
 
-def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic):
+def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic,
+                   trim=False):  # fmt: skip
     """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
     rht_mma = _launch.rht_mma()
-    key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, rht_mma)
+    key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
+           rht_mma)  # fmt: skip
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
         spec = _spec(
-            arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma
+            arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim
         )
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit
@@ -444,7 +461,7 @@ def run_quantize(
     if m_rows > 0:
         spec, num_ctas = _spec_and_grid(
             dev, arch, rowwise, columnwise, col_rht, swizzled_scales, fast_math,
-            stochastic_rounding,
+            stochastic_rounding, alu_trim(m_rows, n_cols),
         )  # fmt: skip
         dummy = groups.dummy_buffer(dev).data_ptr()  # for disabled outputs (never written)
         _launch.run_grouped(

@@ -44,7 +44,11 @@ def test_variant_inventory():
     assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
 
 
-@pytest.mark.parametrize("spec", ALL + S.fake_quant_ab_variants(), ids=lambda s: s.describe())
+@pytest.mark.parametrize(
+    "spec",
+    ALL + S.fake_quant_ab_variants() + S.nvfp4_ab_variants() + S.nvfp4_ab_variants("sm_100a"),
+    ids=lambda s: f"{s.arch}-{s.describe()}",
+)
 def test_rendered_module_is_plain_python(spec):
     src = render(spec)
     compile(src, module_name(spec), "exec")
@@ -58,6 +62,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.fake_quant_ab_variants()  # the A/B variants a module flag selects
+    specs += [v for arch in ("sm_90a", "sm_100a") for v in S.nvfp4_ab_variants(arch)]
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

@@ -86,6 +86,16 @@ def test_fake_quant_ab_variants_compile(spec, tmp_path, launch_smem):
     assert 5 * (int(launch_smem[0]) + 1024) <= 228 * 1024, launch_smem[0]
 
 
+@pytest.mark.parametrize("spec", S.nvfp4_ab_variants(), ids=lambda s: s.describe())
+def test_nvfp4_ab_variants_compile(spec, tmp_path, launch_smem):
+    """The NVFP4 quantize kernels with ``alu_trim`` (``specs.nvfp4_ab_variants``, the A/B variant
+    runtime/nvfp4.py's ALU_TRIM selects) compile within a CTA's shared memory."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+    assert len(launch_smem) == 1
+    capacity = cutlass.memory.get_smem_capacity_in_bytes("sm_90")
+    assert int(launch_smem[0]) <= capacity, launch_smem[0]
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

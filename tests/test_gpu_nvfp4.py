@@ -1,6 +1,7 @@
 """GPU: grouped NVFP4 quantize, every byte against cutequant.reference (bit-exact). Every test
 runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
-mma.sync (the sm_100a kernels' RHT), the amax pass included."""
+mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those twice more
+(``alu_trim``): the default kernel and the ALU-trimmed A/B variant."""
 
 import itertools
 
@@ -11,7 +12,18 @@ import cutequant
 from cutequant import reference
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits, rcp_approx_ftz
 
-pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma")]
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
+
+
+@pytest.fixture(params=[False, True], ids=["trim-off", "trim-on"])
+def alu_trim(request, monkeypatch):
+    """The quantize kernel as it is (the default) and with ``Nvfp4QuantizeSpec.alu_trim``
+    (runtime/nvfp4.py's ALU_TRIM, issue 17 / branch speed4): the same bits are required of
+    both. The flag is in the spec key and the replay key: no cache mixes the two."""
+    from cutequant import nvfp4
+
+    monkeypatch.setattr(nvfp4, "ALU_TRIM", request.param)
+    return request.param
 
 VARIANTS = [
     dict(rowwise=r, columnwise=c, rht=h, swizzled_scales=s, fast_math=f)

@@ -1,0 +1,126 @@
+"""Probe (GPU): A/B of the NVFP4 quantize kernel with and without ``alu_trim`` (issue 17,
+branch speed4: fewer ALU-pipe instructions in the hot loops, kernels/nvfp4_trim.py), in one
+process.
+
+    python perf/probes/nvfp4_ab.py [--cases "dense 8192x5120,..."] [--ops ...] [--rounds 5]
+    python perf/probes/nvfp4_ab.py --bits-only
+
+Side "off" = ``cutequant.nvfp4.ALU_TRIM`` False (the default kernels), "on" = True. For every op
+and case the outputs of both sides are compared bit for bit first (row data, row scales,
+column data, column scales, both amaxes; the amax pass included, SR with the same rng state,
+every byte of the output buffers, padding included); then both are timed like perf/bench.py
+(CUDA-graph replay, median, ``bench.graph_time_us``: the quantize kernel alone, with a given
+amax), alternating sides over ``--rounds`` rounds so that clock drift hits both. Prints us and %
+of the copy rate measured in the same run, and the change in time of "on".
+"""
+
+import argparse
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # perf/
+import bench  # noqa: E402
+
+import cutequant  # noqa: E402
+from cutequant import nvfp4  # noqa: E402
+
+# bench.py's NVFP4 quantize ops and their options (bench_nvfp4 without the amax pass)
+OPTS = {
+    "nvfp4_quantize": {},
+    "nvfp4_quantize_swizzled": dict(swizzled_scales=True),
+    "nvfp4_quantize_fastmath": dict(fast_math=True),
+    "nvfp4_quantize_sr": dict(stochastic_rounding=True),
+    "nvfp4_rowwise_only": dict(columnwise=False, rht=False),
+    "nvfp4_columnwise_only": dict(rowwise=False),
+    # not bench.py ops, bits only: the columnwise path without the RHT (the column gather)
+    "nvfp4_quantize_norht": dict(rht=False),
+}
+OPS = tuple(op for op in OPTS if op in bench.OPS)
+
+
+def outputs(op, case, trim: bool) -> list:
+    """Every output of one call (computed amax) on the case's first input, as byte tensors."""
+    nvfp4.ALU_TRIM = trim
+    try:
+        gen = torch.Generator().manual_seed(0)
+        _, splits, xs = bench.make_inputs(case, gen)
+        opts = dict(OPTS[op])
+        if opts.get("stochastic_rounding"):
+            opts["rng_state"] = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
+        res = cutequant.nvfp4_group_quantize(xs[0], splits, **opts)
+        torch.cuda.synchronize()
+        out = []
+        for key in ("row_data", "row_scales", "col_data", "col_scales", "amax_row", "amax_col"):
+            t = getattr(res, key, None)
+            out.append((key, None if t is None else t.contiguous().view(-1).view(torch.uint8)))
+        return out
+    finally:
+        nvfp4.ALU_TRIM = False
+
+
+def compare_bits(op, case) -> bool:
+    off, on = outputs(op, case, False), outputs(op, case, True)
+    ok = True
+    for (key, a), (_, b) in zip(off, on, strict=True):
+        if a is None and b is None:
+            continue
+        if a is None or b is None or a.numel() != b.numel() or not torch.equal(a, b):
+            n = "?" if a is None or b is None or a.numel() != b.numel() else (a != b).sum().item()
+            print(f"  BITS DIFFER: {op} / {case} / {key}: {n} bytes")
+            ok = False
+    return ok
+
+
+def time_op(op, case, trim: bool) -> float:
+    nvfp4.ALU_TRIM = trim
+    try:
+        fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
+        return bench.graph_time_us(fn)
+    finally:
+        nvfp4.ALU_TRIM = False
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--cases", default=",".join(bench.CASES))
+    p.add_argument("--ops", default=None, help=f"default: {','.join(OPS)}")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--bits-only", action="store_true")
+    args = p.parse_args(argv)
+    cases = args.cases.split(",")
+    ops = (args.ops or ",".join(OPS)).split(",")
+    for op in ops:
+        if op not in OPTS:
+            raise SystemExit(f"unknown op {op} (one of {', '.join(OPTS)})")
+    copy = bench.copy_bandwidth_gbps()
+    print(f"copy: {copy:.0f} GB/s  ({torch.cuda.get_device_name()})")
+    ok = True
+    for op in list(ops) + (["nvfp4_quantize_norht"] if args.ops is None else []):
+        for case in cases:
+            ok &= compare_bits(op, case)
+    print("bits: ALU_TRIM off == on on every op and case" if ok else "bits: MISMATCH")
+    if not ok or args.bits_only:
+        return 0 if ok else 1  # no timings of kernels that disagree
+    for op in ops:
+        if op not in bench.OPS:
+            continue
+        for case in cases:
+            _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
+            pct = lambda us, n=nbytes: 100.0 * n / (us * 1e3) / copy  # noqa: E731
+            off, on = [], []
+            for _ in range(args.rounds):
+                off.append(time_op(op, case, False))
+                on.append(time_op(op, case, True))
+            a, b = statistics.median(off), statistics.median(on)
+            print(
+                f"{op:26s} {case:24s} off {a:8.1f} us {pct(a):5.1f}%   "
+                f"on {b:8.1f} us {pct(b):5.1f}%   {100.0 * (a - b) / a:+5.1f}% less time on"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
