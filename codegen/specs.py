@@ -686,11 +686,10 @@ class FakeQuantColsSpec(KernelSpec):
 def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
     ``all_specs``: nothing precompiles them): the SR kernels as they were before the defaults
-    ``FakeQuantColsSpec.sr_stage`` (staged random words) and ``FakeQuantRowsSpec.sr_rz`` (the
-    fma.rz floor), per output dtype; and branch fq6's switches (default off) on top of the
-    defaults: ``FakeQuantColsSpec.sign_words`` (RN and SR), ``FakeQuantRowsSpec.sign_words`` /
-    ``amax_words`` / ``sr_prmt`` each alone and all three. tests/test_compile.py compiles them,
-    tests/test_codegen.py lints them."""
+    ``FakeQuantColsSpec.sr_stage`` (staged random words), ``FakeQuantRowsSpec.sr_rz`` (the
+    fma.rz floor) and the rows' branch-fq6 fields, per output dtype; the columnwise
+    ``sign_words`` switch (off: no faster) for RN and SR; the rows SR kernel with each fq6 field
+    alone. tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
     out: list[KernelSpec] = []
     for out_dtype in ("bf16", "f16"):
         out.append(FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
@@ -704,25 +703,9 @@ def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                 )
             )  # fmt: skip
         rows = FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True)
-        for names in (("sign_words",), ("amax_words",), ("sr_prmt",), FakeQuantRowsSpec._FQ6):
+        for names in ((), ("sign_words",), ("amax_words",), ("sr_prmt",)):
             out.append(dataclasses.replace(rows, **{name: True for name in names}))
     return out
-
-
-def nvfp4_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
-    """The NVFP4 quantize kernels with ``alu_trim`` (runtime/nvfp4.py's ALU_TRIM, for A/B on the
-    GPU; not in ``all_specs``: nothing precompiles them): every ``nvfp4_quantize`` variant of
-    ``arch`` with the flag set. tests/test_compile.py compiles them (sm_90a), test_codegen.py
-    lints them."""
-    from dataclasses import replace
-
-    from cutequant import cli  # the precompiled variants (cli imports this module)
-
-    return [
-        replace(s, alu_trim=True)
-        for s in cli.all_specs(arch)
-        if isinstance(s, Nvfp4QuantizeSpec)
-    ]
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
@@ -764,10 +747,9 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
             DequantizeSpec(arch=arch, columnwise=True, transposed_out=True, out_dtype=out_dtype)
         )
         for stochastic in (False, True):  # SR: the runtime's default forms (fake_quant flags)
+            sr = {name: stochastic for name in ("sr_rz", *FakeQuantRowsSpec._FQ6)}
             out.append(
-                FakeQuantRowsSpec(
-                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_rz=stochastic
-                )
+                FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, **sr)
             )
             out.append(
                 FakeQuantColsSpec(

@@ -86,6 +86,9 @@ def _hopper_specs() -> list[S.KernelSpec]:
                         arch=arch, rowwise=True, columnwise=columnwise, rht=rht, plan=chunked
                     )
                 )
+    # every NVFP4 quantize kernel twice: with ``alu_trim`` (the runtime's default below 2^32
+    # elements, runtime/nvfp4.py's ALU_TRIM) and without (larger calls: 64-bit offsets)
+    out += [dataclasses.replace(s, alu_trim=True) for s in out if s.family == "nvfp4_quantize"]
     for delayed in (False, True):
         out += _variants(
             S.Fp8TileCastSpec,

@@ -42,15 +42,17 @@ COLS_SR_STAGE = True
 # (FakeQuantRowsSpec.sr_rz, branch fq4; H200 run 41: 1-2% less time); ignored by the RN and
 # legacy rowwise kernels
 ROWS_SR_RZ = True
-# Issue 20, branch fq6 (A/B switches, default off; ignored by the RN and legacy rowwise
-# kernels): ALU-pipe cuts of the stochastic rowwise kernel, FakeQuantRowsSpec's fields of the
-# same names: output signs from x's words (sign_words), the block amax by packed bf16x2 trees
-# (amax_words), random bytes by PRMT (sr_prmt)
-ROWS_SIGN_WORDS = False
-ROWS_AMAX_WORDS = False
-ROWS_SR_PRMT = False
+# Issue 20, branch fq6 (True, the defaults; False for the A/B; ignored by the RN and legacy
+# rowwise kernels): ALU-pipe cuts of the stochastic rowwise kernel, FakeQuantRowsSpec's fields
+# of the same names: output signs from x's words (sign_words), the block amax by packed bf16x2
+# trees (amax_words), random bytes by PRMT (sr_prmt). H200 run 46, all three: 2.3-2.7% less
+# time (rows SR fake-quant 77.1-84.3% -> 78.9-86.3% of copy), bits identical
+ROWS_SIGN_WORDS = True
+ROWS_AMAX_WORDS = True
+ROWS_SR_PRMT = True
 # FakeQuantColsSpec.sign_words for the RN (COLS_SIGN_WORDS) and the stochastic
-# (COLS_SR_SIGN_WORDS) columnwise kernel; ignored by the legacy one
+# (COLS_SR_SIGN_WORDS) columnwise kernel; ignored by the legacy one. Off: H200 run 46 measured
+# the RN kernel 0.2-1.0% slower with it (the SR one was predicted no faster: register cap)
 COLS_SIGN_WORDS = False
 COLS_SR_SIGN_WORDS = False
 

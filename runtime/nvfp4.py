@@ -121,7 +121,7 @@ def device_chunk(
 # (Nvfp4QuantizeSpec.alu_trim, kernels/nvfp4_trim.py; issue 17, branch speed4), for A/B timing
 # and bit comparison in one process (perf/probes/nvfp4_ab.py); read at every call. Its 32-bit
 # offsets need M * N < 2^32 (ALU_TRIM_MAX_ELEMS): larger calls run the default kernel.
-ALU_TRIM = False
+ALU_TRIM = True
 ALU_TRIM_MAX_ELEMS = 1 << 32
 
 

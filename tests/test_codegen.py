@@ -28,8 +28,9 @@ def test_variant_inventory():
         "fake_quant_cols",
     }
     assert len({s.key() for s in ALL}) == len(ALL), "two variants share a cache key"
-    # 40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100)
-    assert sum(s.family == "nvfp4_quantize" for s in ALL) == 43
+    # (40 (x2: stochastic rounding) + 3 in round-robin chunks (nvfp4.device_chunk on an H100))
+    # x2: with and without alu_trim
+    assert sum(s.family == "nvfp4_quantize" for s in ALL) == 86
     assert sum(s.family == "fp8_quantize" for s in ALL) == 36
     # 16-bit inputs x fp8 dtypes x current / delayed scaling
     assert sum(s.family == "fp8_tile_cast" for s in ALL) == 8
@@ -46,7 +47,7 @@ def test_variant_inventory():
 
 @pytest.mark.parametrize(
     "spec",
-    ALL + S.fake_quant_ab_variants() + S.nvfp4_ab_variants() + S.nvfp4_ab_variants("sm_100a"),
+    ALL + S.fake_quant_ab_variants() + cli.all_specs("sm_100a"),
     ids=lambda s: f"{s.arch}-{s.describe()}",
 )
 def test_rendered_module_is_plain_python(spec):
@@ -62,7 +63,6 @@ def test_rendered_modules_are_lint_clean(tmp_path):
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.fake_quant_ab_variants()  # the A/B variants a module flag selects
-    specs += [v for arch in ("sm_90a", "sm_100a") for v in S.nvfp4_ab_variants(arch)]
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

@@ -22,21 +22,21 @@ def _splits_arg(splits, device):
 
 
 ROWS_FQ6 = {"sign": ("ROWS_SIGN_WORDS",), "amax": ("ROWS_AMAX_WORDS",), "prmt": ("ROWS_SR_PRMT",)}
-ROWS_FQ6["fq6"] = tuple(f for names in ROWS_FQ6.values() for f in names)
+ROWS_FQ6["new"] = tuple(f for names in ROWS_FQ6.values() for f in names)  # the defaults
 
 
 @pytest.fixture(
-    params=["new", "legacy", "no-rz", "sign", "amax", "prmt", "fq6"], ids=lambda p: f"rows-{p}"
+    params=["new", "legacy", "no-rz", "no-fq6", "sign", "amax", "prmt"], ids=lambda p: f"rows-{p}"
 )
 def rows_legacy(request, monkeypatch):
-    """The stochastic rowwise kernels (the default, with the fma.rz floor,
-    FakeQuantRowsSpec.sr_rz; the code-and-decode one before issue 20, FakeQuantRowsSpec.legacy;
-    the SR value path without the fma.rz floor; branch fq6's switches sign_words / amax_words /
-    sr_prmt, each alone and together); the RN kernel has one form. Truthy for the non-default
-    kernels (RN tests skip them)."""
+    """The stochastic rowwise kernels: the default (the fma.rz floor, FakeQuantRowsSpec.sr_rz,
+    and branch fq6's sign_words / amax_words / sr_prmt); the code-and-decode one before issue
+    20, FakeQuantRowsSpec.legacy; the SR value path without the fma.rz floor and fq6; with the
+    floor but without fq6; the floor with each fq6 field alone. The RN kernel has one form.
+    Truthy for the non-default kernels (RN tests skip them)."""
     monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
     monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param not in ("legacy", "no-rz"))
-    for flag in ROWS_FQ6["fq6"]:
+    for flag in ROWS_FQ6["new"]:
         monkeypatch.setattr(fake_quant, flag, flag in ROWS_FQ6.get(request.param, ()))
     return request.param != "new"
 
