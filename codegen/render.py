@@ -13,6 +13,7 @@ import hashlib
 from importlib import resources
 
 import jinja2
+from jinja2 import meta
 
 from .specs import KernelSpec
 
@@ -40,6 +41,23 @@ def template_text(name: str) -> str:
     return _load_template(name)
 
 
+@functools.lru_cache(maxsize=64)
+def template_parts(name: str) -> tuple[str, ...]:
+    """``name`` and every template file it includes / imports, transitively (sorted): what
+    its rendered modules depend on (nvfp4_quantize.py.j2 includes its consumers)."""
+    seen, todo = {name}, [name]
+    while todo:
+        for ref in meta.find_referenced_templates(_environment().parse(template_text(todo.pop()))):
+            if ref is None:
+                raise ValueError(
+                    f"{name}: an include by a computed name (module_name hashes parts)"
+                )
+            if ref not in seen:
+                seen.add(ref)
+                todo.append(ref)
+    return tuple(sorted(seen))
+
+
 def render(spec: KernelSpec) -> str:
     """The module source for ``spec``: the arch picks the e2m1 encoder (``hw_e2m1``) and, for
     the RHT kernels, the RHT's instruction (``rht_mma`` "auto"), nothing else."""
@@ -48,12 +66,13 @@ def render(spec: KernelSpec) -> str:
 
 
 def module_name(spec: KernelSpec) -> str:
-    """Deterministic module name: family + hash(source fields, arch, template, package
-    version)."""
+    """Deterministic module name: family + hash(source fields, arch, template and the parts it
+    includes, package version)."""
     h = hashlib.sha256()
     h.update(repr(sorted(spec.source_fields().items())).encode())
     h.update(spec.arch.encode())
-    h.update(template_text(spec.template).encode())
+    for part in template_parts(spec.template):
+        h.update(template_text(part).encode())
     h.update(PACKAGE_VERSION.encode())
     return f"cq_{spec.family}_{h.hexdigest()[:16]}"
 

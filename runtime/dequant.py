@@ -24,7 +24,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups, replay
+from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import _num_groups
 from cutequant.codegen.specs import DequantizeSpec, dequant_columnwise_defaults
 
@@ -416,7 +416,7 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
     outputs, layout = result._outputs, result._layout
     if (
         not replay.enabled
-        or outputs.__class__ is not groups.PackedOutputs
+        or outputs.__class__ is not packing.PackedOutputs
         or out_dtype.__class__ is not torch.dtype
     ):
         return checked()

@@ -6,7 +6,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups, replay
+from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import IN_DTYPES as _IN_DTYPES
 from cutequant.amax import _num_groups, launch_group_amax, new_amax
 from cutequant.amax import _spec as _amax_spec
@@ -24,13 +24,13 @@ class Fp8GroupedTensor(groups.GroupedViews):
     * ``scale``, ``scale_inv``, ``amax``: fp32 [G];
     * ``offsets``: int64 [2, G + 1] device tensor of element offsets of every group's block in
       (row_data, col_data).
-    The buffers are views of one allocation, built on first access (``groups.PackedOutputs``).
+    The buffers are views of one allocation, built on first access (``packing.PackedOutputs``).
     """
 
     def __init__(self, *, n_cols, fp8_dtype, outputs, amax, layout):
         self.n_cols = n_cols
         self.fp8_dtype = fp8_dtype
-        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
+        self._outputs = outputs  # packing.PackedOutputs, or a dict of tensors (traced path)
         self._amax_t = amax  # None: the outputs buffer's "amax" part, viewed on use
         self._offsets = None
         self._layout = layout
@@ -138,7 +138,7 @@ def fp8_group_quantize(
         dev = x.device
         # a host-split call's amax is the outputs buffer's "amax" part (run_fp8_quantize)
         amax = None if amax_shape is None else _launch.output_allocator(amax_shape, _F32, dev)
-        outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
+        outputs = packing.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = replay.device_splits(splits)
         record.launch((x, amax, outputs.buf, scale, device_splits))
         tables = spans.get("tables")
@@ -153,7 +153,7 @@ def fp8_group_quantize(
     with replay.recording() as rec:
         outputs, amax, layout = run_fp8_quantize(
             x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
-            columnwise, amax_epsilon, force_pow2_scales, groups.PackedOutputs,
+            columnwise, amax_epsilon, force_pow2_scales, packing.PackedOutputs,
         )  # fmt: skip
     if key is not None and rec.replayable(m_rows):
         device_splits = replay.device_splits(splits)
@@ -271,7 +271,7 @@ def run_fp8_quantize(
     amax_epsilon, force_pow2_scales, output_kind,
 ):  # fmt: skip
     """Launch the amax pass (current scaling) and the cast on validated arguments.
-    ``output_kind``: ``groups.PackedOutputs`` or ``groups.SeparateOutputs``. Returns
+    ``output_kind``: ``packing.PackedOutputs`` or ``packing.SeparateOutputs``. Returns
     (outputs, amax [1 or 2, G] or None when it is the outputs' "amax" part, layout)."""
     dev = x.device
     delayed = scaling == "delayed"
@@ -279,8 +279,8 @@ def run_fp8_quantize(
     # cast kernel itself (delayed); both zero it at their head (kernels/launch_zeroing.py)
     amax_rows = 1 if delayed else 2
     # device splits: the snapshot and tables are parts of the outputs allocation too
-    carve = groups.carves_device_tables(output_kind, m_rows, splits)
-    packed = carve or groups.carves_amax(output_kind, m_rows, splits)
+    carve = packing.carves_device_tables(output_kind, m_rows, splits)
+    packed = carve or packing.carves_amax(output_kind, m_rows, splits)
     amax = None if packed else new_amax(amax_rows, num_groups, m_rows, dev)
     in_dtype = _IN_DTYPES[x.dtype]
     tile = uses_tile_cast(in_dtype, rowwise, columnwise)

@@ -7,7 +7,7 @@ import functools
 
 import torch
 
-from cutequant import _checks, _launch, groups, replay
+from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import Nvfp4QuantizeSpec
 
@@ -34,7 +34,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
     M / 16 + 3 G columns): the buffers never depend on device values. Padding bytes of the scale
     blocks are zero in both layouts. Per-group views (``group(g)``) need the split sizes on the
     host: with device splits the first access synchronizes once. The data buffers are views of
-    one allocation, built on first access (``groups.PackedOutputs``).
+    one allocation, built on first access (``packing.PackedOutputs``).
     """
 
     def __init__(
@@ -51,7 +51,7 @@ class Nvfp4GroupedTensor(groups.GroupedViews):
         layout: groups.GroupLayout,
     ):
         self.n_cols = n_cols
-        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors (traced path)
+        self._outputs = outputs  # packing.PackedOutputs, or a dict of tensors (traced path)
         self._amax_t = amax  # None: computed into the outputs buffer ("amax"), viewed on use
         self._offsets = None
         self.swizzled_scales = swizzled_scales
@@ -280,7 +280,7 @@ def nvfp4_group_quantize(
         record, total, spans, layout = hit
         dev = x.device
         # a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
-        outputs = groups.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
+        outputs = packing.PackedOutputs(_launch.output_allocator(total, _U8, dev), spans)
         device_splits = replay.device_splits(splits)
         record.launch((x, amax, outputs.buf, rng_state, device_splits))
         tables = spans.get("tables")
@@ -296,7 +296,7 @@ def nvfp4_group_quantize(
         outputs, amax, layout, rng_state = run_quantize(
             x, splits, m_rows, n_cols, num_groups, arch, rowwise, columnwise, rht, sign_mask,
             swizzled_scales, fast_math, amax, stochastic_rounding, rng_state,
-            amax_estimation_scale, groups.PackedOutputs,
+            amax_estimation_scale, packing.PackedOutputs,
         )  # fmt: skip
     if key is not None and rec.replayable(m_rows):
         device_splits = replay.device_splits(splits)
@@ -415,15 +415,15 @@ def run_quantize(
     output_kind,
 ):  # fmt: skip
     """Launch the amax pass (when ``amax`` is None) and the quantize kernel on validated
-    arguments. ``output_kind``: ``groups.PackedOutputs`` (eager calls) or
-    ``groups.SeparateOutputs`` (the torch.library op). Returns (outputs, amax [2, G] or None
+    arguments. ``output_kind``: ``packing.PackedOutputs`` (eager calls) or
+    ``packing.SeparateOutputs`` (the torch.library op). Returns (outputs, amax [2, G] or None
     when it is the outputs' "amax" part, layout, rng_state)."""
     dev = x.device
     if stochastic_rounding and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
     computed = amax is None
-    carve = groups.carves_device_tables(output_kind, m_rows, splits)
-    packed = computed and (carve or groups.carves_amax(output_kind, m_rows, splits))
+    carve = packing.carves_device_tables(output_kind, m_rows, splits)
+    packed = computed and (carve or packing.carves_amax(output_kind, m_rows, splits))
     if computed and not packed:
         amax = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
     if carve:  # device splits: the outputs' sizes are upper bounds, known before the tables

@@ -25,7 +25,7 @@ import threading
 
 import torch
 
-from cutequant import _checks, _launch, groups, replay
+from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.codegen.specs import Nvfp4Quantize2dSpec
 
 IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
@@ -257,7 +257,7 @@ def nvfp4_quantize_2d_impl(
     global scales and returned as a copy; else computed by the amax pass. Separate tensors
     (what the torch.library op returns)."""
     outputs, amax_out = quantize_2d(
-        weights, rowwise, columnwise, swizzled, amax, groups.SeparateOutputs
+        weights, rowwise, columnwise, swizzled, amax, packing.SeparateOutputs
     )
     dev = amax_out.device
     got = [
@@ -269,8 +269,8 @@ def nvfp4_quantize_2d_impl(
 
 def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
     """(outputs, amax [E]) of the 2D quantize on validated arguments. ``output_kind``:
-    ``groups.PackedOutputs`` (eager calls: one allocation, the amax its "amax" part: computed,
-    or the kernel's copy of the given one) or ``groups.SeparateOutputs``; a disabled
+    ``packing.PackedOutputs`` (eager calls: one allocation, the amax its "amax" part: computed,
+    or the kernel's copy of the given one) or ``packing.SeparateOutputs``; a disabled
     direction's parts are None."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     shapes = output_shapes(num_experts, rows, cols)
@@ -324,12 +324,12 @@ class Nvfp4WeightTensor:
     transpose), ``col_scales`` uint8 [E, roundup(C, 128), roundup(R/16, 4)], ``amax`` fp32 [E]
     (the global amax of both directions). Swizzled scales are in cuBLASLt 128x4 byte order
     inside each expert's block; padding bytes are zero. An eager call's buffers are views of
-    one allocation, built on first access (``groups.PackedOutputs``)."""
+    one allocation, built on first access (``packing.PackedOutputs``)."""
 
     def __init__(self, *, rows: int, cols: int, outputs, amax, swizzled_scales: bool):
         self.rows = rows
         self.cols = cols
-        self._outputs = outputs  # groups.PackedOutputs, or a dict of tensors / None (traced)
+        self._outputs = outputs  # packing.PackedOutputs, or a dict of tensors / None (traced)
         self._amax = amax  # None: the outputs' "amax" part
         self.swizzled_scales = swizzled_scales
 
@@ -446,7 +446,7 @@ def _fake_checked(weights, amax, out_dtype):
 
 def _quantize_checked(weights, rowwise, columnwise, swizzled, amax):
     _check_nvfp4_quantize_2d(weights, rowwise, columnwise, swizzled, amax)
-    return quantize_2d(weights, rowwise, columnwise, swizzled, amax, groups.PackedOutputs)
+    return quantize_2d(weights, rowwise, columnwise, swizzled, amax, packing.PackedOutputs)
 
 
 _QUANTIZE_RECORDS = replay.CallMemo()  # nvfp4_quantize_weights_2d's replayable calls
@@ -463,7 +463,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
         record, total, spans = hit
         buf = _launch.output_allocator(total, torch.uint8, weights.device)
         record.launch((weights, amax, buf))
-        return groups.PackedOutputs(buf, spans), None  # the amax: the outputs' "amax" part
+        return packing.PackedOutputs(buf, spans), None  # the amax: the outputs' "amax" part
     with replay.recording() as rec:
         outputs, amax_out = _quantize_checked(weights, rowwise, columnwise, swizzled, amax)
     if key is not None and rec.replayable(weights.numel()):

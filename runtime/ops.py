@@ -27,7 +27,7 @@ from cutequant import amax as _amax
 from cutequant import dequant as _dequant
 from cutequant import fake_quant as _fake_quant
 from cutequant import fp8 as _fp8
-from cutequant import groups
+from cutequant import groups, packing
 from cutequant import nvfp4 as _nvfp4
 from cutequant import nvfp4_2d as _nvfp4_2d
 
@@ -131,7 +131,7 @@ def nvfp4_group_quantize_op(
     )
     outputs, amax_out, layout, _ = _nvfp4.run_quantize(
         x, splits, m_rows, n_cols, num_groups, arch, *flags, amax_in, stochastic_rounding,
-        rng_state, amax_estimation_scale, groups.SeparateOutputs,
+        rng_state, amax_estimation_scale, packing.SeparateOutputs,
     )  # fmt: skip
     parts = [outputs[k] if outputs[k] is not None else _empty_u8(x.device) for k in _NVFP4_PARTS]
     amax_out = amax_out if amax is None else torch.empty(0, dtype=torch.float32, device=x.device)
@@ -255,7 +255,7 @@ def fp8_group_quantize_op(
     m_rows, n_cols, num_groups, splits, scale, arch = _fp8.check_fp8_quantize(x, splits, *args)
     outputs, amax, layout = _fp8.run_fp8_quantize(
         x, splits, m_rows, n_cols, num_groups, arch, fp8_dtype, scaling, scale, rowwise,
-        columnwise, amax_epsilon, force_pow2_scales, groups.SeparateOutputs,
+        columnwise, amax_epsilon, force_pow2_scales, packing.SeparateOutputs,
     )  # fmt: skip
     # fp8 crosses the op boundary as uint8 (torch's schema and aliasing checks do not take fp8)
     row = outputs["row_data"].view(torch.uint8) if rowwise else _empty_u8(x.device)

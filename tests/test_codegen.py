@@ -1,6 +1,7 @@
 """CPU: specs, rendering and cache keys."""
 
 import dataclasses
+import importlib
 import itertools
 import shutil
 import subprocess
@@ -113,6 +114,26 @@ def test_every_field_changes_the_keys(spec):
         assert jit.entry_key(other) != jit.entry_key(spec), name
         assert module_name(other) != module_name(spec), name
     assert seen >= 1
+
+
+def test_module_name_hashes_included_parts(monkeypatch):
+    """nvfp4_quantize.py.j2 includes its consumers (nvfp4_quantize_rows.j2 / _cols.j2): an edit
+    to a part renames the module; families without parts hash their own template alone."""
+    R = importlib.import_module("cutequant.codegen.render")
+    assert R.template_parts("nvfp4_quantize.py.j2") == (
+        "nvfp4_quantize.py.j2",
+        "nvfp4_quantize_cols.j2",
+        "nvfp4_quantize_rows.j2",
+    )
+    assert R.template_parts("dequantize.py.j2") == ("dequantize.py.j2",)
+    nv, dq = S.Nvfp4QuantizeSpec(), S.DequantizeSpec()
+    before = module_name(nv), module_name(dq)
+    text = R.template_text
+    for part in ("nvfp4_quantize_rows.j2", "nvfp4_quantize_cols.j2"):
+        edited = lambda name, part=part: text(name) + ("# edit\n" if name == part else "")  # noqa: E731
+        monkeypatch.setattr(R, "template_text", edited)
+        assert module_name(nv) != before[0], part
+        assert module_name(dq) == before[1], part
 
 
 def test_fake_quant_sr_stage_key_and_rules():

@@ -25,6 +25,7 @@ def alu_trim(request, monkeypatch):
     monkeypatch.setattr(nvfp4, "ALU_TRIM", request.param)
     return request.param
 
+
 VARIANTS = [
     dict(rowwise=r, columnwise=c, rht=h, swizzled_scales=s, fast_math=f)
     for (r, c), h, s, f in itertools.product(
