@@ -68,6 +68,17 @@ def graph_time_us(fn, calls: int = CALLS_PER_GRAPH, replays: int = REPLAYS) -> f
 _BUSY_CYCLES = 40_000_000
 
 
+def interleaved_medians(time_side, rounds: int) -> tuple[float, float]:
+    """Medians of ``rounds`` alternating timings of the two sides of an A/B
+    (``time_side(False)``, then ``time_side(True)``, ...), so that clock and thermal drift hit
+    both alike (the probes' A/Bs)."""
+    a, b = [], []
+    for _ in range(rounds):
+        a.append(time_side(False))
+        b.append(time_side(True))
+    return statistics.median(a), statistics.median(b)
+
+
 def host_time_us(fn, calls: int = 50, rounds: int = 1) -> float:
     """Median CPU time to issue one call: ``rounds`` rounds of ``calls`` back-to-back calls (no
     synchronization inside a round; at most ~2 launches a call, so a round of <= 200 calls stays

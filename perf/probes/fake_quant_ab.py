@@ -19,8 +19,8 @@ once, for the table. Prints us and % of the copy rate measured in the same run.
 """
 
 import argparse
+import functools
 import os
-import statistics
 import sys
 
 import torch
@@ -179,11 +179,7 @@ def main(argv=None) -> int:
                 us = time_op(op, case)
                 print(f"{op:34s} {case:24s} {us:8.1f} us {pct(us):5.1f}%")
                 continue
-            new, old = [], []
-            for _ in range(args.rounds):
-                new.append(time_op(op, case, False))
-                old.append(time_op(op, case, True))
-            a, b = statistics.median(new), statistics.median(old)
+            a, b = bench.interleaved_medians(functools.partial(time_op, op, case), args.rounds)
             print(
                 f"{op:34s} {case:24s} {labels[0]} {a:8.1f} us {pct(a):5.1f}%   "
                 f"{labels[1]} {b:8.1f} us {pct(b):5.1f}%   "

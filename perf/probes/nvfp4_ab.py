@@ -15,8 +15,8 @@ of the copy rate measured in the same run, and the change in time of "on".
 """
 
 import argparse
+import functools
 import os
-import statistics
 import sys
 
 import torch
@@ -110,11 +110,7 @@ def main(argv=None) -> int:
         for case in cases:
             _, nbytes = bench.OPS[op](case, torch.Generator().manual_seed(0))
             pct = lambda us, n=nbytes: 100.0 * n / (us * 1e3) / copy  # noqa: E731
-            off, on = [], []
-            for _ in range(args.rounds):
-                off.append(time_op(op, case, False))
-                on.append(time_op(op, case, True))
-            a, b = statistics.median(off), statistics.median(on)
+            a, b = bench.interleaved_medians(functools.partial(time_op, op, case), args.rounds)
             print(
                 f"{op:26s} {case:24s} off {a:8.1f} us {pct(a):5.1f}%   "
                 f"on {b:8.1f} us {pct(b):5.1f}%   {100.0 * (a - b) / a:+5.1f}% less time on"
