@@ -299,11 +299,11 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     stochastic: bool = False
     plan: TilePlan = field(default_factory=lambda: TilePlan(tile_cols=128, stages=4))
     rht_mma: str = "auto"
-    # True (issue 17, eleventh session, branch speed4): the hot loops with fewer ALU-pipe
-    # instructions (kernels/nvfp4_trim.py: enc-table addresses and the ring position by IMAD,
-    # the encoder's multipliers as loop-invariant operands, unmasked stores for whole blocks);
-    # runtime/nvfp4.py's ALU_TRIM, for A/B on the GPU. Same bits. Left out of the key and the
-    # source when False, so the default kernels' keys stay put.
+    # True (issue 17, tenth session, branch speed4; what the runtime runs below 2^32 elements):
+    # the hot loops with fewer ALU-pipe instructions (kernels/nvfp4_trim.py: enc-table
+    # addresses and the ring position by IMAD, the encoder's multipliers as loop-invariant
+    # operands, unmasked stores for whole blocks, 32-bit offsets); runtime/nvfp4.py's ALU_TRIM.
+    # Same bits. False: 64-bit offsets (larger calls, and the A/B); left out of the key then.
     alu_trim: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)

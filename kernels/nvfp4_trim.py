@@ -1,5 +1,5 @@
 """ALU-pipe-trimmed pieces of the grouped NVFP4 quantize hot loops (``Nvfp4QuantizeSpec.alu_trim``,
-runtime/nvfp4.py's ``ALU_TRIM``; perf/NOTES.md, "Issue 17, eleventh session").
+runtime/nvfp4.py's ``ALU_TRIM``; perf/NOTES.md, "ALU trim: the NVFP4 quantize hot loops").
 
 On the H200 the quantize kernel is bound by the ALU pipe (LOP3, PRMT, SHF, LEA, ISETP, SEL,
 IMNMX, FMNMX, HMNMX2, F2FP, IADD3: 16 lanes, two issue cycles per warp instruction), while the
