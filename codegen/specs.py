@@ -656,10 +656,14 @@ class FakeQuantColsSpec(KernelSpec):
     # gains the per-scale mask: 16-byte entries); runtime/fake_quant.py's COLS_SIGN_WORDS. Left
     # out of the key and the source when False.
     sign_words: bool = False
+    # True (stochastic, non-legacy; the runtime's default): registers bounded for 4 CTAs per SM
+    # instead of 5 (the SR kernel spills at 5's 48 registers); runtime/fake_quant.py's
+    # COLS_SR_FOUR_CTAS. Left out of the key and the source when False.
+    sr_four_ctas: bool = False
 
     def fields(self) -> dict:
         out = super().fields()
-        for name in ("legacy", "sr_stage", "sign_words"):
+        for name in ("legacy", "sr_stage", "sign_words", "sr_four_ctas"):
             if not getattr(self, name):
                 out.pop(name)
         return out
@@ -671,6 +675,7 @@ class FakeQuantColsSpec(KernelSpec):
             "legacy": self.legacy,
             "sr_stage": self.sr_stage,
             "sign_words": self.sign_words,
+            "sr_four_ctas": self.sr_four_ctas,
         }
 
     def __post_init__(self):
@@ -681,6 +686,8 @@ class FakeQuantColsSpec(KernelSpec):
             raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
         if self.sign_words and self.legacy:
             raise ValueError("sign_words: only the non-legacy columnwise kernel")
+        if self.sr_four_ctas and (self.legacy or not self.stochastic):
+            raise ValueError("sr_four_ctas: only the stochastic (non-legacy) columnwise kernel")
 
 
 def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
@@ -702,6 +709,10 @@ def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                     sign_words=True,
                 )
             )  # fmt: skip
+        # the SR columnwise kernel bounded for 5 CTAs per SM (before sr_four_ctas)
+        out.append(
+            FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
+        )
         rows = FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True)
         for names in ((), ("sign_words",), ("amax_words",), ("sr_prmt",)):
             out.append(dataclasses.replace(rows, **{name: True for name in names}))
@@ -753,9 +764,10 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
             )
             out.append(
                 FakeQuantColsSpec(
-                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic
+                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic,
+                    sr_four_ctas=stochastic,
                 )
-            )
+            )  # fmt: skip
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:

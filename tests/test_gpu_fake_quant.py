@@ -113,22 +113,24 @@ def test_rows_extremes(stochastic, rng, rows_legacy):
     assert_same_bits(y, want, "extremes")
 
 
-@pytest.fixture(params=["new", "legacy", "no-stage", "sign"], ids=lambda p: f"cols-{p}")
+@pytest.fixture(params=["new", "legacy", "no-stage", "sign", "five"], ids=lambda p: f"cols-{p}")
 def cols_kernel(request, monkeypatch):
     """The columnwise kernels: the default (SR with staged random words,
     FakeQuantColsSpec.sr_stage, which RN calls ignore), the one before issue 20
-    (FakeQuantColsSpec.legacy), the SR kernel without the staged words, and the default with
-    branch fq6's FakeQuantColsSpec.sign_words (RN and SR: COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS)."""
+    (FakeQuantColsSpec.legacy), the SR kernel without the staged words, the default with
+    branch fq6's FakeQuantColsSpec.sign_words (RN and SR: COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS),
+    and the SR kernel bounded for 5 CTAs per SM instead of 4 (FakeQuantColsSpec.sr_four_ctas)."""
     monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param == "legacy")
     monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param != "no-stage")
     monkeypatch.setattr(fake_quant, "COLS_SIGN_WORDS", request.param == "sign")
     monkeypatch.setattr(fake_quant, "COLS_SR_SIGN_WORDS", request.param == "sign")
+    monkeypatch.setattr(fake_quant, "COLS_SR_FOUR_CTAS", request.param != "five")
     return request.param
 
 
 def _skip_rn_sr_stage(cols_kernel, stochastic):
-    if cols_kernel == "no-stage" and not stochastic:
-        pytest.skip("sr_stage is a stochastic-rounding switch (RN runs the default kernel)")
+    if cols_kernel in ("no-stage", "five") and not stochastic:
+        pytest.skip("a stochastic-rounding switch (RN runs the default kernel)")
 
 
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
