@@ -33,6 +33,11 @@ def _u32_op(ptx: str, a, b, loc, ip) -> Uint32:
     return Uint32(_asm(T.i32(), ptx, "=r,r,r", _ir((a, b), (Uint32, Uint32), loc, ip)))
 
 
+def _u32_op3(ptx: str, a, b, c, loc, ip) -> Uint32:
+    """u32 <- op(u32, u32, u32): LOP3, integer multiply-add."""
+    return Uint32(_asm(T.i32(), ptx, "=r,r,r,r", _ir((a, b, c), (Uint32, Uint32, Uint32), loc, ip)))
+
+
 def _f32x2_to_u32(ptx: str, hi, lo, loc, ip) -> Uint32:
     """u32 <- cvt of two fp32 (``hi`` is the PTX cvt's first operand, landing in the upper half)."""
     return Uint32(_asm(T.i32(), ptx, "=r,f,f", _ir((hi, lo), (Float32, Float32), loc, ip)))
@@ -225,14 +230,7 @@ def max_u32(a: Uint32, b: Uint32, *, loc=None, ip=None) -> Uint32:
 @dsl_user_op
 def and_or(a: Uint32, mask: Uint32, bits: Uint32, *, loc=None, ip=None) -> Uint32:
     """(a & mask) | bits in one LOP3 (left to itself, ptxas splits it when both are constants)."""
-    return Uint32(
-        _asm(
-            T.i32(),
-            "lop3.b32 $0, $1, $2, $3, 0xEA;",
-            "=r,r,r,r",
-            _ir((a, mask, bits), (Uint32, Uint32, Uint32), loc, ip),
-        )
-    )
+    return _u32_op3("lop3.b32 $0, $1, $2, $3, 0xEA;", a, mask, bits, loc, ip)
 
 
 @dsl_user_op

@@ -337,14 +337,7 @@ def sign_keep(sf_byte_is_nan):
 @dsl_user_op
 def sign_select(packed: Uint32, x_word: Uint32, keep: Uint32, *, loc=None, ip=None) -> Uint32:
     """(packed & ~keep) | (x_word & keep) in one LOP3: the packed magnitudes with x's signs."""
-    return Uint32(
-        dev._asm(
-            T.i32(),
-            "lop3.b32 $0, $1, $2, $3, 0xD8;",
-            "=r,r,r,r",
-            dev._ir((packed, x_word, keep), (Uint32, Uint32, Uint32), loc, ip),
-        )
-    )
+    return dev._u32_op3("lop3.b32 $0, $1, $2, $3, 0xD8;", packed, x_word, keep, loc, ip)
 
 
 def rows_block_amax2(row0: list, row1: list) -> tuple:

@@ -41,27 +41,13 @@ def opaque_zero(n_cols: Int32, *, loc=None, ip=None) -> Uint32:
 @dsl_user_op
 def mad_lo(a: Uint32, b: Uint32, c: Uint32, *, loc=None, ip=None) -> Uint32:
     """a * b + c (mod 2^32) as one ``mad.lo.u32`` (one IMAD unless ptxas sees a power of 2)."""
-    return Uint32(
-        dev._asm(
-            T.i32(),
-            "mad.lo.u32 $0, $1, $2, $3;",
-            "=r,r,r,r",
-            dev._ir((a, b, c), (Uint32, Uint32, Uint32), loc, ip),
-        )
-    )
+    return dev._u32_op3("mad.lo.u32 $0, $1, $2, $3;", a, b, c, loc, ip)
 
 
 @dsl_user_op
 def mad_lo_imm(a: Uint32, k: int, c: Uint32, *, loc=None, ip=None) -> Uint32:
     """a * k + c (mod 2^32), ``k`` a constant (negative: one IMAD with the immediate)."""
-    return Uint32(
-        dev._asm(
-            T.i32(),
-            f"mad.lo.u32 $0, $1, {k & 0xFFFFFFFF:#x}, $2;",
-            "=r,r,r",
-            dev._ir((a, c), (Uint32, Uint32), loc, ip),
-        )
-    )
+    return dev._u32_op(f"mad.lo.u32 $0, $1, {k & 0xFFFFFFFF:#x}, $2;", a, c, loc, ip)
 
 
 @dsl_user_op
