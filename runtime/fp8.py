@@ -246,24 +246,18 @@ def output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise: bool, columnwis
     }
 
 
-_PARTS: dict = {}  # (M, N, G, dtype, directions, amax rows, packed, carve) -> parts
-
-
 def _parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows, packed, carve):
     """``output_parts`` of a call (cached), with the computed amax (``packed``) and a
     device-split call's snapshot and tables (``carve``) as parts of the one allocation."""
-    key = (m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows, packed, carve)
-    parts = _PARTS.get(key)
-    if parts is None:
-        parts = output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise)
-        if packed:
-            parts["amax"] = ((amax_rows, num_groups), torch.float32)
-        if carve:
-            parts["tables"] = ((groups.device_tables_words(num_groups),), torch.int32)
-        if len(_PARTS) > 1024:
-            _PARTS.clear()
-        _PARTS[key] = parts
-    return parts
+    key = ("fp8", m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise, amax_rows, packed,
+           carve)  # fmt: skip
+    return packing.carved_parts(
+        key,
+        lambda: output_parts(m_rows, n_cols, num_groups, fp8_dtype, rowwise, columnwise),
+        num_groups,
+        amax_rows if packed else 0,
+        carve,
+    )
 
 
 def run_fp8_quantize(

@@ -201,9 +201,6 @@ def _check_amax(amax, num_groups: int, device: torch.device) -> torch.Tensor:
     return amax.contiguous()
 
 
-_PARTS: dict = {}  # (M, N, G, rowwise, columnwise, host totals, ...) -> _parts(...)
-
-
 def output_parts(
     m_rows, n_cols: int, num_groups, rowwise: bool, columnwise: bool, host_splits=None,
     extents=None,
@@ -395,19 +392,15 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
 def _parts(m_rows, n_cols, num_groups, rowwise, columnwise, totals, packed, tables) -> dict:
     """``output_parts`` of a call (cached), with the computed amax (``packed``) and a
     device-split call's snapshot and tables (``tables``) as parts of the one allocation."""
-    key = (m_rows, n_cols, num_groups, rowwise, columnwise, totals, packed, tables)
-    parts = _PARTS.get(key)
-    if parts is None:
-        extents = totals[2:] if totals is not None else None
-        parts = output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents)
-        if packed:
-            parts["amax"] = ((2, num_groups), torch.float32)
-        if tables:
-            parts["tables"] = ((groups.device_tables_words(num_groups),), torch.int32)
-        if len(_PARTS) > 1024:
-            _PARTS.clear()
-        _PARTS[key] = parts
-    return parts
+    key = ("nvfp4", m_rows, n_cols, num_groups, rowwise, columnwise, totals, packed, tables)
+    extents = totals[2:] if totals is not None else None
+    return packing.carved_parts(
+        key,
+        lambda: output_parts(m_rows, n_cols, num_groups, rowwise, columnwise, None, extents),
+        num_groups,
+        2 if packed else 0,
+        tables,
+    )
 
 
 def run_quantize(

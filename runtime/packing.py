@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from cutequant import _launch
+from cutequant import _launch, groups
 
 # Sub-buffers of one output allocation start on this boundary (>= the kernels' 16-byte stores).
 PACK_ALIGN = 256
@@ -97,3 +97,24 @@ class SeparateOutputs(dict):
     def addr(self, name: str, fallback: int) -> int:
         t = self[name]
         return fallback if t is None else t.data_ptr()
+
+
+_CARVED: dict = {}  # (op, the op's key) -> carved_parts(...)
+
+
+def carved_parts(key: tuple, base, num_groups: int, amax_rows: int, carve_tables: bool) -> dict:
+    """The parts of a call's outputs allocation, cached by ``key`` (the op and every argument
+    of ``base``): ``base()`` (the op's ``output_parts``), then its computed amax (fp32
+    [``amax_rows``, G]; 0: none) and a device-split call's snapshot and tables
+    (``carve_tables``), so that one allocation holds them all."""
+    parts = _CARVED.get(key)
+    if parts is None:
+        parts = base()
+        if amax_rows:
+            parts["amax"] = ((amax_rows, num_groups), torch.float32)
+        if carve_tables:
+            parts["tables"] = ((groups.device_tables_words(num_groups),), torch.int32)
+        if len(_CARVED) > 1024:
+            _CARVED.clear()
+        _CARVED[key] = parts
+    return parts
