@@ -165,11 +165,13 @@ def nvfp4_fake_quantize_rows_impl(
     if m_rows and num_ctas:
         legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
         sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
-        fq6 = tuple(
-            flag and bool(stochastic_rounding) and not legacy
-            for flag in (ROWS_SIGN_WORDS, ROWS_AMAX_WORDS, ROWS_SR_PRMT)
-        )
-        spec = _rows_spec(arch, stochastic_rounding, FAKE_DTYPES[out_dtype], legacy, sr_rz, *fq6)
+        sr = bool(stochastic_rounding) and not legacy  # the SR-only fields apply
+        spec = _spec(
+            FakeQuantRowsSpec, arch=arch, stochastic=stochastic_rounding,
+            out_dtype=FAKE_DTYPES[out_dtype], legacy=legacy, sr_rz=sr_rz,
+            sign_words=ROWS_SIGN_WORDS and sr, amax_words=ROWS_AMAX_WORDS and sr,
+            sr_prmt=ROWS_SR_PRMT and sr,
+        )  # fmt: skip
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -218,9 +220,11 @@ def nvfp4_fake_quantize_columnwise_impl(
         COLS_SR_SIGN_WORDS if stochastic_rounding else COLS_SIGN_WORDS
     ) and not COLS_LEGACY
     four = COLS_SR_FOUR_CTAS and bool(stochastic_rounding) and not COLS_LEGACY
-    spec = _cols_spec(
-        arch, stochastic_rounding, FAKE_DTYPES[out_dtype], COLS_LEGACY, sr_stage, sign_words, four
-    )
+    spec = _spec(
+        FakeQuantColsSpec, arch=arch, stochastic=stochastic_rounding,
+        out_dtype=FAKE_DTYPES[out_dtype], legacy=COLS_LEGACY, sr_stage=sr_stage,
+        sign_words=sign_words, sr_four_ctas=four,
+    )  # fmt: skip
     stream = _launch.raw_stream(dev)
     layout, amax_in, amax_col, copy_count = _amax_and_layout(
         x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
@@ -253,36 +257,9 @@ def nvfp4_fake_quantize_columnwise_impl(
 
 
 @functools.cache
-def _rows_spec(
-    arch: str,
-    stochastic: bool,
-    out_dtype: str,
-    legacy: bool = False,
-    sr_rz: bool = False,
-    sign_words: bool = False,
-    amax_words: bool = False,
-    sr_prmt: bool = False,
-) -> FakeQuantRowsSpec:
-    return FakeQuantRowsSpec(
-        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_rz=sr_rz,
-        sign_words=sign_words, amax_words=amax_words, sr_prmt=sr_prmt,
-    )  # fmt: skip
-
-
-@functools.cache
-def _cols_spec(
-    arch: str,
-    stochastic: bool,
-    out_dtype: str,
-    legacy: bool = False,
-    sr_stage: bool = False,
-    sign_words: bool = False,
-    sr_four_ctas: bool = False,
-) -> FakeQuantColsSpec:
-    return FakeQuantColsSpec(
-        arch=arch, stochastic=stochastic, out_dtype=out_dtype, legacy=legacy, sr_stage=sr_stage,
-        sign_words=sign_words, sr_four_ctas=sr_four_ctas,
-    )  # fmt: skip
+def _spec(cls, **fields):
+    """A fake-quant kernel spec, made (and validated) once per variant."""
+    return cls(**fields)
 
 
 # ------------------------------------------------------------------------------ STE Linear
