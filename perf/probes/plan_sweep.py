@@ -19,7 +19,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) 
 import bench  # noqa: E402
 import torch  # noqa: E402
 
-from cutequant import amax, fp8, nvfp4  # noqa: E402
+from cutequant import amax, fp8, nvfp4, replay  # noqa: E402
 from cutequant.testing import with_plan  # noqa: E402
 
 OPS = {
@@ -64,6 +64,11 @@ def main() -> int:
         for module, builder in builders.items():
             # settings a family refuses (e.g. chunk for the amax pass) leave its plan alone
             module._spec = _or_default(with_plan(builder, **settings), builder)
+        # the runtime caches its spec choices and replays recorded launches: forget both, or
+        # every config after the first would time the first one's kernels
+        nvfp4._SPECS.clear()
+        amax._LAUNCH_FACTS.clear()
+        replay.invalidate()
         for op in args.ops.split(","):
             for case in cases:
                 gen = torch.Generator().manual_seed(1234)
@@ -74,6 +79,9 @@ def main() -> int:
                     f"{config:24s} {op:14s} {case:24s} {us:8.1f} us {100 * gbps / copy:5.1f}%",
                     flush=True,
                 )
+            plans = {(type(s).__name__, s.plan, grid) for s, grid in nvfp4._SPECS.values()}
+            for name, plan, grid in sorted(plans, key=str):  # what actually ran
+                print(f"{config:24s} {op:14s} ran {name} {plan} grid {grid}")
     return 0
 
 
