@@ -331,13 +331,13 @@ def bench_nvfp4_2d(case, gen, with_amax_pass=True, swizzled=False):
 
 
 def bench_fake_quant(case, gen, slot):
-    """NVFP4 fake-quant, bf16 out, amax pass included. ``slot``: "rows" (fused kernel: x read
-    twice, y written), "rows_sr", "columnwise" (RHT domain: the amax pass reads x, the fused
-    kernel reads x and writes y), "columnwise_sr", "columnwise_norht", "columnwise_kernel" (the
-    fused kernel alone with a given amax: x read once, y written), "columnwise_kernel_sr",
+    """NVFP4 fake-quant, bf16 out, amax pass included, through the public ops (so that the host
+    column is the eager call a user makes). ``slot``: "rows" (fused kernel: x read twice, y
+    written), "rows_sr", "columnwise" (RHT domain: the amax pass reads x, the fused kernel
+    reads x and writes y), "columnwise_sr", "columnwise_norht", "columnwise_kernel" (the fused
+    kernel alone with a given amax: x read once, y written), "columnwise_kernel_sr",
     "weights_2d" (the case's shape as E experts)."""
     import cutequant
-    from cutequant import fake_quant, nvfp4_2d
 
     n_cols, splits, xs = make_inputs(case, gen)
     m = sum(splits)
@@ -345,8 +345,8 @@ def bench_fake_quant(case, gen, slot):
     if slot in ("rows", "rows_sr"):
         sr = slot == "rows_sr"
         calls = [
-            lambda x=x: fake_quant.nvfp4_fake_quantize_rows_impl(
-                x, splits, None, sr, rng if sr else None, torch.bfloat16
+            lambda x=x: cutequant.nvfp4_fake_quantize(
+                x, splits, stochastic_rounding=sr, rng_state=rng if sr else None
             )
             for x in xs
         ]
@@ -357,8 +357,15 @@ def bench_fake_quant(case, gen, slot):
         given = slot.startswith("columnwise_kernel")
         amaxes = [cutequant.group_amax(x, splits)[1] if given else None for x in xs]
         calls = [
-            lambda x=x, a=a: fake_quant.nvfp4_fake_quantize_columnwise_impl(
-                x, splits, a, rht, 0xD7E8, sr, rng if sr else None, torch.bfloat16
+            lambda x=x, a=a: cutequant.nvfp4_fake_quantize(
+                x,
+                splits,
+                columnwise=True,
+                rht=rht,
+                sign_mask=0xD7E8,
+                stochastic_rounding=sr,
+                rng_state=rng if sr else None,
+                amax=a,
             )
             for x, a in zip(xs, amaxes, strict=True)
         ]
@@ -366,7 +373,7 @@ def bench_fake_quant(case, gen, slot):
     e = len(splits)
     rows = m // e // 16 * 16
     ws = [x[: e * rows].view(e, rows, n_cols) for x in xs]
-    calls = [lambda w=w: nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16) for w in ws]
+    calls = [lambda w=w: cutequant.nvfp4_fake_quantize_weights_2d(w) for w in ws]
     return _rotating(calls), 3 * 2 * e * rows * n_cols
 
 
