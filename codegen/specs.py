@@ -177,22 +177,6 @@ class _RhtMma:
         return {**super().render_fields(), "rht_mma": self.rht_mma_kind()}
 
 
-class _LegacySwitch:
-    """A ``legacy: bool`` field (declared by the class): True renders the kernel as it was before
-    an issue-20 change, for A/B on the GPU in one process (a runtime module flag picks it). Left
-    out of the key and the source when False, so the default kernels' keys only change with
-    their source."""
-
-    def fields(self) -> dict:
-        out = super().fields()
-        if not out["legacy"]:
-            del out["legacy"]
-        return out
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "legacy": self.legacy}
-
-
 def _no_chunks(spec) -> None:
     """Round-robin chunks (TilePlan.chunk) are built into the cast kernels only."""
     if spec.plan.chunk != -1:
@@ -529,7 +513,7 @@ class DequantizeSpec(KernelSpec):
 
 
 @dataclass(frozen=True)
-class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
+class Nvfp4Quantize2dSpec(KernelSpec):
     """2D (16x16-block) NVFP4 quantization of E same-shaped weight matrices (docs/numerics.md
     §2), stacked [E, R, C] or a device array of E pointers (chosen at run time), in one launch:
     64 x 128 tiles of one expert as work items; with ``compute_amax`` (a run-time switch) the
@@ -549,9 +533,6 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
     columnwise: bool = True
     swizzled: bool = False
     fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
-    # True: the tile walk before issue 20 (two divisions per tile) and, with fake_out, the
-    # code-and-decode fake-quant (runtime/nvfp4_2d.py's LEGACY_2D)
-    legacy: bool = False
 
     def render_fields(self) -> dict:
         return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
@@ -569,59 +550,24 @@ class Nvfp4Quantize2dSpec(_LegacySwitch, KernelSpec):
 
 
 @dataclass(frozen=True)
-class FakeQuantRowsSpec(_LegacySwitch, KernelSpec):
+class FakeQuantRowsSpec(KernelSpec):
     """Fused rowwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N]: per 16-element block
     quantize (RN or stochastic rounding) and dequantize in registers, ``out_dtype`` out; the
-    values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile."""
+    values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile. Stochastic
+    rounding: the SR e2m1 value in fp32 with the fma.rz floor (``fake_quant.e2m1_sr_mag_rz``),
+    output signs from x's words (``fake_quant.sign_select``), the block amax by packed bf16x2
+    trees (``fake_quant.rows_block_amax2``) and random bytes by PRMT (``fake_quant.opaque_u32``):
+    issue 20's forms, perf/NOTES.md ("retired A/B switches")."""
 
     template: ClassVar[str] = "fake_quant_rows.py.j2"
     family: ClassVar[str] = "fake_quant_rows"
     stochastic: bool = False
     out_dtype: str = "bf16"
-    # True (stochastic only): SR codes packed and decoded as the dequantize kernel does, the
-    # kernel before issue 20 (runtime/fake_quant.py's ROWS_SR_LEGACY); False: the SR e2m1 value
-    # in fp32 (``fake_quant.e2m1_sr_value``) times sf and S_dec
-    legacy: bool = False
-    # True (stochastic, non-legacy; issue 20, branch fq4): the SR floor as one fma.rz against
-    # p 2^22 (``fake_quant.e2m1_sr_value_rz``, as FakeQuantColsSpec.sr_stage);
-    # runtime/fake_quant.py's ROWS_SR_RZ. Left out of the key and the source when False.
-    sr_rz: bool = False
-    # Issue 20, branch fq6 (stochastic, non-legacy; ALU-pipe cuts, each left out of the key and
-    # the source when False; runtime/fake_quant.py's ROWS_SIGN_WORDS / ROWS_AMAX_WORDS /
-    # ROWS_SR_PRMT): ``sign_words``: unsigned e2m1 values, each packed output pair taking its
-    # sign bits from x's word (``fake_quant.sign_select``: one LOP3 a pair, not one a value);
-    # ``amax_words``: the block amax by packed bf16x2 |max| trees on the loaded words;
-    # ``sr_prmt``: random bytes by PRMT into an opaque magic (one PRMT a byte instead of a LOP3
-    # and a quarter shift; the magic through a 16-byte shared word).
-    sign_words: bool = False
-    amax_words: bool = False
-    sr_prmt: bool = False
-
-    _FQ6: ClassVar[tuple] = ("sign_words", "amax_words", "sr_prmt")
-
-    def fields(self) -> dict:
-        out = super().fields()
-        for name in ("sr_rz", *self._FQ6):
-            if not getattr(self, name):
-                del out[name]
-        return out
-
-    def render_fields(self) -> dict:
-        return {
-            **super().render_fields(),
-            "sr_rz": self.sr_rz,
-            **{name: getattr(self, name) for name in self._FQ6},
-        }
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
-        if self.legacy and not self.stochastic:
-            raise ValueError("legacy: only the stochastic rowwise kernel has a legacy form")
-        for name in ("sr_rz", *self._FQ6):
-            if getattr(self, name) and (self.legacy or not self.stochastic):
-                raise ValueError(f"{name}: only the stochastic (non-legacy) rowwise kernel")
 
 
 @dataclass(frozen=True)
@@ -631,7 +577,9 @@ class FakeQuantColsSpec(KernelSpec):
     RHT is a run-time switch, a warp-level mma.sync on every arch) dequantized in registers and
     written transposed ([N, M_g] per group) in ``out_dtype``: the values of
     dequantize(quantize(x)) bit for bit, no e2m1 data in memory. One CTA per 64-token x
-    ``TILE_COLS``-column tile."""
+    ``TILE_COLS``-column tile. Stochastic rounding: each warp's Philox words staged in shared
+    memory in the layout the lanes read, the fma.rz SR floor, registers bounded for 4 CTAs per
+    SM (issue 20's forms, perf/NOTES.md, "retired A/B switches")."""
 
     template: ClassVar[str] = "fake_quant_cols.py.j2"
     family: ClassVar[str] = "fake_quant_cols"
@@ -640,83 +588,14 @@ class FakeQuantColsSpec(KernelSpec):
     TILE_COLS: ClassVar[int] = 256
     stochastic: bool = False
     out_dtype: str = "bf16"
-    # True: the kernel before issue 20 (per-load 64-bit index math, the (enc, sf) table built
-    # after the tile landed), kept for A/B on the GPU (runtime/fake_quant.py's COLS_LEGACY).
-    # Left out of the key and the source when False, so the default kernels' keys stay put.
-    legacy: bool = False
-    # True (stochastic only; issue 20, branch fq4): each warp's Philox words go through a
-    # per-warp shared buffer in the layout the lanes read (no quad transpose; slice 0's drawn
-    # while the tile's copies fly), and the SR floor is one fma.rz against p 2^22
-    # (``fake_quant.e2m1_sr_value_rz``); runtime/fake_quant.py's COLS_SR_STAGE. Left out of the
-    # key and the source when False, like ``legacy``.
-    sr_stage: bool = False
-    # True (non-legacy, RN or SR; issue 20, branch fq6): unsigned e2m1 values, each packed output
-    # pair taking its sign bits from the (RHT) input word in the same place
-    # (``fake_quant.sign_select``, one LOP3 a pair instead of one a value; the (enc, sf) table
-    # gains the per-scale mask: 16-byte entries); runtime/fake_quant.py's COLS_SIGN_WORDS. Left
-    # out of the key and the source when False.
-    sign_words: bool = False
-    # True (stochastic, non-legacy; the runtime's default): registers bounded for 4 CTAs per SM
-    # instead of 5 (the SR kernel spills at 5's 48 registers); runtime/fake_quant.py's
-    # COLS_SR_FOUR_CTAS. Left out of the key and the source when False.
-    sr_four_ctas: bool = False
-
-    def fields(self) -> dict:
-        out = super().fields()
-        for name in ("legacy", "sr_stage", "sign_words", "sr_four_ctas"):
-            if not getattr(self, name):
-                out.pop(name)
-        return out
 
     def render_fields(self) -> dict:
-        return {
-            **super().render_fields(),
-            "tile_cols": self.TILE_COLS,
-            "legacy": self.legacy,
-            "sr_stage": self.sr_stage,
-            "sign_words": self.sign_words,
-            "sr_four_ctas": self.sr_four_ctas,
-        }
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
-        if self.sr_stage and (self.legacy or not self.stochastic):
-            raise ValueError("sr_stage: only the stochastic (non-legacy) columnwise kernel")
-        if self.sign_words and self.legacy:
-            raise ValueError("sign_words: only the non-legacy columnwise kernel")
-        if self.sr_four_ctas and (self.legacy or not self.stochastic):
-            raise ValueError("sr_four_ctas: only the stochastic (non-legacy) columnwise kernel")
-
-
-def fake_quant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
-    """The fake-quant variants a runtime module flag selects for A/B on the GPU (not in
-    ``all_specs``: nothing precompiles them): the SR kernels as they were before the defaults
-    ``FakeQuantColsSpec.sr_stage`` (staged random words), ``FakeQuantRowsSpec.sr_rz`` (the
-    fma.rz floor) and the rows' branch-fq6 fields, per output dtype; the columnwise
-    ``sign_words`` switch (off: no faster) for RN and SR; the rows SR kernel with each fq6 field
-    alone. tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
-    out: list[KernelSpec] = []
-    for out_dtype in ("bf16", "f16"):
-        out.append(FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
-        out.append(FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype))
-        # branch fq6 (default off): on top of the defaults, each alone and the rows' together
-        for stochastic in (False, True):
-            out.append(
-                FakeQuantColsSpec(
-                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic,
-                    sign_words=True,
-                )
-            )  # fmt: skip
-        # the SR columnwise kernel bounded for 5 CTAs per SM (before sr_four_ctas)
-        out.append(
-            FakeQuantColsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_stage=True)
-        )
-        rows = FakeQuantRowsSpec(arch=arch, stochastic=True, out_dtype=out_dtype, sr_rz=True)
-        for names in ((), ("sign_words",), ("amax_words",), ("sr_prmt",)):
-            out.append(dataclasses.replace(rows, **{name: True for name in names}))
-    return out
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
@@ -757,17 +636,9 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         out.append(
             DequantizeSpec(arch=arch, columnwise=True, transposed_out=True, out_dtype=out_dtype)
         )
-        for stochastic in (False, True):  # SR: the runtime's default forms (fake_quant flags)
-            sr = {name: stochastic for name in ("sr_rz", *FakeQuantRowsSpec._FQ6)}
-            out.append(
-                FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype, **sr)
-            )
-            out.append(
-                FakeQuantColsSpec(
-                    arch=arch, stochastic=stochastic, out_dtype=out_dtype, sr_stage=stochastic,
-                    sr_four_ctas=stochastic,
-                )
-            )  # fmt: skip
+        for stochastic in (False, True):
+            out.append(FakeQuantRowsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
+            out.append(FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
     for in_dtype in IN_DTYPES:

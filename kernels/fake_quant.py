@@ -1,4 +1,5 @@
-"""Device helpers of the fused columnwise NVFP4 fake-quant (``fake_quant_cols.py.j2``).
+"""Device helpers of the fused NVFP4 fake-quant kernels (``fake_quant_cols.py.j2``, most of
+them; ``fake_quant_rows.py.j2`` and the 2D kernel's fake-quant share the rounding helpers).
 
 The kernel stages a 64-token tile of x in shared memory and reads each 16-token block of 16
 hidden columns with one ``ldmatrix.x4.trans``; with the RHT it multiplies the block by the RHT
@@ -33,13 +34,10 @@ from cutlass import Float32, Int32, Int64, Uint32
 from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
-from cutequant.kernels import dequant as dq
 from cutequant.kernels import device as dev
 from cutequant.kernels import stochastic as sr
 
 RHT_MAGIC = 4194304.0  # 2^22: p * 2^22 has the ulp of the e2m1 step of [p, 2p) (p = 1, 2, 4)
-SR_GRID_SCALE = 2.0**-126
-SR_GRID_UNSCALE = 2.0**126
 BF16_QUARTER = 0x3E80  # bf16 0.25: every RHT matrix entry is +-0.25
 
 
@@ -75,7 +73,7 @@ def b_indices(lane, h, reg):
     return (a_token(k), a_token(k + 1)), 4 * (n >> 1) + 2 * h + (n & 1)
 
 
-# Random words of stochastic rounding through shared memory (``FakeQuantColsSpec.sr_stage``):
+# Random words of stochastic rounding through shared memory (the columnwise SR kernel):
 # per slice a warp draws 64 Philox calls (16 columns x 4 blocks), lane (gq, q) those of block q
 # of columns gq and gq + 8, and lane (gq, q) needs word q of every block of its two columns (its
 # tokens 4q .. 4q + 3). The writer of block b stores word e of both columns (one 8-byte store)
@@ -205,36 +203,6 @@ def quad_block_amax(w) -> tuple:
     return dev.bits_f32(m << 16), dev.bits_f32(m & Uint32(0xFFFF0000))
 
 
-def quad_transpose(v: list, q, shfl_xor, select) -> list:
-    """4x4 transpose over the lanes q = 0..3 of a quad: lane q's ``v[e]`` becomes lane e's
-    ``out[q]``. Two butterfly stages (lane bits 1, then 0); in each, a lane swaps the two
-    elements whose index bit differs from its own lane bit with its partner (2 shuffles, 6
-    selects). ``shfl_xor(value, offset)`` and ``select(cond, a, b)`` are passed in so that the
-    CPU test runs the same code on Python ints."""
-    v = list(v)
-    for m in (2, 1):
-        bit = (q & m) != 0
-        # pairs (e, e ^ m) with e's bit m clear: lane bit clear sends v[e ^ m], receives v[e ^ m]
-        lows = [e for e in range(4) if not e & m]
-        new = list(v)
-        for e in lows:
-            got = shfl_xor(select(bit, v[e], v[e ^ m]), m)
-            new[e] = select(bit, got, v[e])
-            new[e ^ m] = select(bit, v[e ^ m], got)
-        v = new
-    return v
-
-
-def quad_transpose_device(v: list, q: Int32) -> list:
-    """``quad_transpose`` with the warp shuffle."""
-    return quad_transpose(
-        v,
-        q,
-        lambda x, off: cute.arch.shuffle_sync_bfly(x, offset=off),
-        lambda c, a, b: Uint32(cutlass.select_(c, a, b)),
-    )
-
-
 # ------------------------------------------------------------------------------ e2m1 values
 
 
@@ -258,25 +226,15 @@ def e2m1_rn_value(s: Float32) -> Float32:
     return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
 
 
-def e2m1_sr_value(s: Float32, rb: Float32) -> Float32:
-    """The stochastically rounded e2m1 value of ``s`` (``rb`` = the element's random byte /
-    512): ``stochastic.e2m1_sr_code_bits``'s floor kept in place. bits(rz(t 2^-126)) & 0xFFC00000
-    is the code shifted to bits 22-24 (a subnormal for codes 0, 1; exponent and top mantissa
-    bit above), i.e. the grid value times 2^-126, scaled back exactly."""
-    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
-    t = dev.fma_rn(rb, _unit_scale(a), a)
-    floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
-    mag = dq.mul_rn(dev.bits_f32(floor), Float32(SR_GRID_UNSCALE))  # exact, subnormals kept
-    return dev.bits_f32(dev.f32_bits(mag) | (dev.f32_bits(s) & Uint32(0x80000000)))
-
-
 def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
-    """``e2m1_sr_value`` with the floor as one fma.rz: for t = fma(rb, p, a) (TE's one
-    rounding, as before) rz(p 2^22 + t) - p 2^22 is t floored to a multiple of p / 2, the e2m1
-    step of a's binade: p 2^22 + t stays in [p 2^22, p 2^23) (t < 2.5 p), whose ulp is p / 2.
-    That floor is the grid floor of t even where t left a's binade (t < 2.5 below 2 -> 2, t < 5
-    below 4 -> 4, t < 8 from 4 on -> 4 or 6, TE's clamp at 6). Three FMA-pipe ops instead of
-    FMUL.RZ + LOP3 + FMUL (tests/test_e2m1_value.py checks it against the rz-product floor)."""
+    """The stochastically rounded e2m1 value of ``s`` (``rb`` = the element's random byte /
+    512), the sign of ``s`` kept. For t = fma(rb, p, a) (TE's one rounding) rz(p 2^22 + t) -
+    p 2^22 is t floored to a multiple of p / 2, the e2m1 step of a's binade: p 2^22 + t stays in
+    [p 2^22, p 2^23) (t < 2.5 p), whose ulp is p / 2. That floor is the grid floor of t even
+    where t left a's binade (t < 2.5 below 2 -> 2, t < 5 below 4 -> 4, t < 8 from 4 on -> 4 or
+    6, TE's clamp at 6). Three FMA-pipe ops instead of the rz product's FMUL.RZ + LOP3 + FMUL
+    (``stochastic.e2m1_sr_code_bits``' floor kept in place; tests/test_e2m1_value.py checks
+    the two floors equal)."""
     a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
     p = _unit_scale(a)
     t = dev.fma_rn(rb, p, a)
@@ -286,7 +244,7 @@ def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
 
 
 # ------------------------------------------------------------------------------ signs from x
-# (``FakeQuantRowsSpec.sign_words`` / ``FakeQuantColsSpec.sign_words``, issue 20, branch fq6)
+# (the stochastic rowwise kernel, issue 20, branch fq6)
 #
 # The value path above ORs s's sign into every e2m1 magnitude (one LOP3 a value). The sign of
 # the result f32(f32(+-q sf) S_dec) is x's own sign wherever it is not NaN: s = x enc has sign
@@ -302,22 +260,6 @@ def e2m1_sr_value_rz(s: Float32, rb: Float32) -> Float32:
 # checks the rule against the per-value signs on a model of the fp32 path (every e4m3 scale,
 # S_dec of both signs, specials, every random byte).
 SIGN_BITS = 0x80008000  # the sign bits of a packed 16-bit pair
-
-
-def e2m1_rn_mag(s: Float32) -> Float32:
-    """``e2m1_rn_value`` without the sign (the magnitude, >= +0)."""
-    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
-    p = _unit_scale(a)
-    t = dev.fma_rn(p, Float32(RHT_MAGIC), a)
-    return dev.fma_rn(p, Float32(-RHT_MAGIC), t)
-
-
-def e2m1_sr_mag(s: Float32, rb: Float32) -> Float32:
-    """``e2m1_sr_value`` without the sign."""
-    a = cute.arch.fmin(cute.math.absf(s), Float32(6.0))
-    t = dev.fma_rn(rb, _unit_scale(a), a)
-    floor = dev.f32_bits(dev.mul_rz(t, Float32(SR_GRID_SCALE))) & Uint32(0xFFC00000)
-    return dq.mul_rn(dev.bits_f32(floor), Float32(SR_GRID_UNSCALE))
 
 
 def e2m1_sr_mag_rz(s: Float32, rb: Float32) -> Float32:
@@ -342,7 +284,7 @@ def sign_select(packed: Uint32, x_word: Uint32, keep: Uint32, *, loc=None, ip=No
 
 def rows_block_amax2(row0: list, row1: list) -> tuple:
     """Non-negative |max| (fp32, NaN kept) of two 16-value bf16 blocks given as 8 packed words
-    each (``FakeQuantRowsSpec.amax_words``): a bf16x2 |max| tree per row (7 each), the two rows'
+    each (the stochastic rowwise kernel): a bf16x2 |max| tree per row (7 each), the two rows'
     halves paired by PRMT into one more: 17 ALU ops for 32 values instead of 32 FMNMX. The
     max of bf16 values is the max of their exact fp32 widenings, so the amax is the FMNMX
     chain's. The |.| at the end folds into block_scales2's multiply."""
@@ -364,8 +306,9 @@ def rows_block_amax2(row0: list, row1: list) -> tuple:
 def opaque_u32(addr: Int32, value: Uint32, *, loc=None, ip=None) -> Uint32:
     """``value`` stored to shared address ``addr`` and loaded back (volatile, so neither LLVM nor
     ptxas forwards it): a register whose constant ptxas cannot see (the PRMT random-byte magic of
-    ``stochastic.random_bytes_f32_prmt``; FakeQuantRowsSpec.sr_prmt). Every thread may store the
-    same value to the same address: a thread reads its own store or an equal one, no barrier."""
+    ``stochastic.random_bytes_f32_prmt`` in the stochastic rowwise kernel). Every thread may
+    store the same value to the same address: a thread reads its own store or an equal one, no
+    barrier."""
     dev.volatile_asm(
         None,
         "st.volatile.shared.u32 [$0], $1;",

@@ -17,10 +17,10 @@ device-split search count too).
 
     python perf/sass_report.py [--out DIR] [--family group_amax] [--match stochastic=True]
                                [--col-tokens 128] [--loops] [--body] [--cuobjdump PATH]
-                               [--set sr_stage=True]
+                               [--set col_ring=0]
 
 ``--set FIELD=VALUE`` (repeatable): compile the A/B variants that are not in ``all_specs``,
-e.g. ``--family fake_quant_cols --match stochastic=True --set sr_stage=True``: the field is
+e.g. ``--family dequantize --match columnwise=True --set col_ring=0``: the field is
 replaced in every selected spec that has it (specs it does not validate for are skipped).
 """
 

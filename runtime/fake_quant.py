@@ -27,38 +27,6 @@ from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 TILE_COLS = 128
-# True: the columnwise kernel as it was before issue 20 (FakeQuantColsSpec.legacy), for A/B
-# timing and bit comparison in one process (perf/probes/fake_quant_ab.py); read at every call
-COLS_LEGACY = False
-# True: the stochastic rowwise kernel before issue 20 (codes packed and decoded;
-# FakeQuantRowsSpec.legacy), for the same A/B; the RN rowwise kernel has one form
-ROWS_SR_LEGACY = False
-# True (the default): the stochastic columnwise kernel with its Philox words staged in shared
-# memory and the fma.rz SR floor (FakeQuantColsSpec.sr_stage, issue 20 / branch fq4; H200 run
-# 41: 9-12% less time than without, bits identical); False for the A/B. The RN and legacy
-# kernels ignore it
-COLS_SR_STAGE = True
-# True (the default): the stochastic rowwise kernel with the fma.rz SR floor
-# (FakeQuantRowsSpec.sr_rz, branch fq4; H200 run 41: 1-2% less time); ignored by the RN and
-# legacy rowwise kernels
-ROWS_SR_RZ = True
-# Issue 20, branch fq6 (True, the defaults; False for the A/B; ignored by the RN and legacy
-# rowwise kernels): ALU-pipe cuts of the stochastic rowwise kernel, FakeQuantRowsSpec's fields
-# of the same names: output signs from x's words (sign_words), the block amax by packed bf16x2
-# trees (amax_words), random bytes by PRMT (sr_prmt). H200 run 46, all three: 2.3-2.7% less
-# time (rows SR fake-quant 77.1-84.3% -> 78.9-86.3% of copy), bits identical
-ROWS_SIGN_WORDS = True
-ROWS_AMAX_WORDS = True
-ROWS_SR_PRMT = True
-# FakeQuantColsSpec.sign_words for the RN (COLS_SIGN_WORDS) and the stochastic
-# (COLS_SR_SIGN_WORDS) columnwise kernel; ignored by the legacy one. Off: H200 run 46 measured
-# the RN kernel 0.2-1.0% slower with it (the SR one was predicted no faster: register cap)
-COLS_SIGN_WORDS = False
-COLS_SR_SIGN_WORDS = False
-# True (the default): the stochastic columnwise kernel's registers bounded for 4 CTAs per SM
-# instead of 5 (FakeQuantColsSpec.sr_four_ctas: 64 registers, no spills, against 48 and 12
-# spill instructions); H200 run 49: 0.2-2.3% less time, bits identical. False for the A/B
-COLS_SR_FOUR_CTAS = True
 
 
 def _check_fake_quantize(
@@ -163,15 +131,12 @@ def nvfp4_fake_quantize_rows_impl(
     y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
-        legacy = ROWS_SR_LEGACY and bool(stochastic_rounding)
-        sr_rz = ROWS_SR_RZ and bool(stochastic_rounding) and not legacy
-        sr = bool(stochastic_rounding) and not legacy  # the SR-only fields apply
         spec = _spec(
-            FakeQuantRowsSpec, arch=arch, stochastic=stochastic_rounding,
-            out_dtype=FAKE_DTYPES[out_dtype], legacy=legacy, sr_rz=sr_rz,
-            sign_words=ROWS_SIGN_WORDS and sr, amax_words=ROWS_AMAX_WORDS and sr,
-            sr_prmt=ROWS_SR_PRMT and sr,
-        )  # fmt: skip
+            FakeQuantRowsSpec,
+            arch=arch,
+            stochastic=stochastic_rounding,
+            out_dtype=FAKE_DTYPES[out_dtype],
+        )
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -215,16 +180,12 @@ def nvfp4_fake_quantize_columnwise_impl(
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
-    sr_stage = COLS_SR_STAGE and bool(stochastic_rounding) and not COLS_LEGACY
-    sign_words = (
-        COLS_SR_SIGN_WORDS if stochastic_rounding else COLS_SIGN_WORDS
-    ) and not COLS_LEGACY
-    four = COLS_SR_FOUR_CTAS and bool(stochastic_rounding) and not COLS_LEGACY
     spec = _spec(
-        FakeQuantColsSpec, arch=arch, stochastic=stochastic_rounding,
-        out_dtype=FAKE_DTYPES[out_dtype], legacy=COLS_LEGACY, sr_stage=sr_stage,
-        sign_words=sign_words, sr_four_ctas=four,
-    )  # fmt: skip
+        FakeQuantColsSpec,
+        arch=arch,
+        stochastic=stochastic_rounding,
+        out_dtype=FAKE_DTYPES[out_dtype],
+    )
     stream = _launch.raw_stream(dev)
     layout, amax_in, amax_col, copy_count = _amax_and_layout(
         x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
@@ -371,10 +332,7 @@ def nvfp4_fake_quantize(
             x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
             rng_state, amax, out_dtype,
         )  # fmt: skip
-    flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma(),
-             COLS_LEGACY, ROWS_SR_LEGACY, COLS_SR_STAGE, ROWS_SR_RZ, ROWS_SIGN_WORDS,
-             ROWS_AMAX_WORDS, ROWS_SR_PRMT, COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS,
-             COLS_SR_FOUR_CTAS)  # fmt: skip
+    flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma())
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, y_shape, num_groups = hit

@@ -31,10 +31,6 @@ from cutequant.codegen.specs import Nvfp4Quantize2dSpec
 IN_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 _PTR_TABLES: collections.OrderedDict = collections.OrderedDict()
 _PTR_TABLES_SIZE = 64
-# True: the 2D kernel before issue 20 (Nvfp4Quantize2dSpec.legacy: two divisions per tile,
-# fake-quant by codes and decode), for A/B timing and bit comparison in one process
-# (perf/probes/fake_quant_ab.py); read at every call, part of the replay keys
-LEGACY_2D = False
 _LOCK = threading.Lock()
 
 
@@ -47,7 +43,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False):
+def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out):
     return Nvfp4Quantize2dSpec(
         arch=arch,
         in_dtype=in_dtype,
@@ -55,7 +51,6 @@ def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, legacy=False)
         columnwise=columnwise,
         swizzled=swizzled,
         fake_out=fake_out,
-        legacy=legacy,
     )
 
 
@@ -230,7 +225,7 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
         fold = barrier = dummy
         num_ctas = items
     _launch.run(
-        _spec(arch, IN_DTYPES[first.dtype], *spec_args, LEGACY_2D),
+        _spec(arch, IN_DTYPES[first.dtype], *spec_args),
         _launch.ptr(first),
         _launch.ptr(ptrs, 8),
         int(not stacked),
@@ -457,7 +452,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
     path, recorded when it may be replayed. A list of experts always takes the checked path (its
     pointer table is per address list)."""
-    flags = (rowwise, columnwise, swizzled, LEGACY_2D)
+    flags = (rowwise, columnwise, swizzled)
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
@@ -479,7 +474,7 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype, LEGACY_2D)
+    flags = (out_dtype,)
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit

@@ -184,9 +184,7 @@ def test_rn_encoder_follows_the_arch_sr_stays_software(arch):
         assert ("dev.e2m1x8_cvt(" in source) == hw, spec.describe()
         assert ("dev.e2m1x8(" in source) == (not hw), spec.describe()
     sr = render(S.FakeQuantRowsSpec(arch=arch, stochastic=True))
-    assert "fq.e2m1_sr_value(" in sr and "e2m1x8_cvt" not in sr
-    legacy = render(S.FakeQuantRowsSpec(arch=arch, stochastic=True, legacy=True))
-    assert "sr.e2m1x8_sr(" in legacy and "e2m1x8_cvt" not in legacy
+    assert "fq.e2m1_sr_mag_rz(" in sr and "e2m1x8_cvt" not in sr
 
 
 def test_hardware_encoder_packs_like_the_software_one():

@@ -48,7 +48,7 @@ def test_variant_inventory():
 
 @pytest.mark.parametrize(
     "spec",
-    ALL + S.fake_quant_ab_variants() + cli.all_specs("sm_100a"),
+    ALL + cli.all_specs("sm_100a"),
     ids=lambda s: f"{s.arch}-{s.describe()}",
 )
 def test_rendered_module_is_plain_python(spec):
@@ -63,7 +63,6 @@ def test_rendered_modules_are_lint_clean(tmp_path):
     if shutil.which("ruff") is None:
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
-    specs += S.fake_quant_ab_variants()  # the A/B variants a module flag selects
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(
@@ -136,47 +135,25 @@ def test_module_name_hashes_included_parts(monkeypatch):
         assert module_name(dq) == before[1], part
 
 
-def test_fake_quant_sr_stage_key_and_rules():
-    """``FakeQuantColsSpec.sr_stage``: off leaves the default kernels' keys alone, on changes
-    key and source; only the stochastic, non-legacy kernel has it."""
-    base = S.FakeQuantColsSpec(stochastic=True)
-    staged = dataclasses.replace(base, sr_stage=True)
-    assert "sr_stage" not in base.key() and staged.key() != base.key()
-    assert module_name(staged) != module_name(base)
-    assert "stage_random_words" in render(staged) and "stage_random_words" not in render(base)
-    for bad in (dict(stochastic=False), dict(legacy=True)):
-        with pytest.raises(ValueError, match="sr_stage"):
-            S.FakeQuantColsSpec(**{"stochastic": True, "sr_stage": True, **bad})
-    rows = S.FakeQuantRowsSpec(stochastic=True)  # the rowwise kernel's sr_rz, alike
-    rows_rz = dataclasses.replace(rows, sr_rz=True)
-    assert "sr_rz" not in rows.key() and rows_rz.key() != rows.key()
-    assert "e2m1_sr_value_rz" in render(rows_rz) and "e2m1_sr_value_rz" not in render(rows)
-    for bad in (dict(stochastic=False), dict(legacy=True)):
-        with pytest.raises(ValueError, match="sr_rz"):
-            S.FakeQuantRowsSpec(**{"stochastic": True, "sr_rz": True, **bad})
-
-
-def test_fake_quant_fq6_switches_key_and_rules():
-    """Branch fq6's switches (``FakeQuantRowsSpec.sign_words`` / ``amax_words`` / ``sr_prmt``,
-    ``FakeQuantColsSpec.sign_words``): off leaves the keys alone, on changes key and source;
-    the rowwise ones only on the stochastic non-legacy kernel, the columnwise one on RN and SR
-    but not legacy."""
-    rows = S.FakeQuantRowsSpec(stochastic=True, sr_rz=True)
-    marks = {"sign_words": "sign_select", "amax_words": "rows_block_amax2", "sr_prmt": "opaque_u32"}
-    for name, mark in marks.items():
-        on = dataclasses.replace(rows, **{name: True})
-        assert name not in rows.key() and on.key() != rows.key()
-        assert mark in render(on) and mark not in render(rows)
-        for bad in (dict(stochastic=False, sr_rz=False), dict(legacy=True, sr_rz=False)):
-            with pytest.raises(ValueError, match=name):
-                S.FakeQuantRowsSpec(**{"stochastic": True, name: True, **bad})
-    for stochastic in (False, True):
-        cols = S.FakeQuantColsSpec(stochastic=stochastic, sr_stage=stochastic)
-        on = dataclasses.replace(cols, sign_words=True)
-        assert "sign_words" not in cols.key() and on.key() != cols.key()
-        assert "sign_select" in render(on) and "sign_select" not in render(cols)
-    with pytest.raises(ValueError, match="sign_words"):
-        S.FakeQuantColsSpec(legacy=True, sign_words=True)
+def test_fake_quant_kernels_render_the_issue20_forms():
+    """The fake-quant kernels have one form each (the A/B switches of issue 20 are retired,
+    perf/NOTES.md "retired A/B switches"): the stochastic ones render the staged random words,
+    the fma.rz floor and the 4-CTA register bound (columnwise), the fma.rz floor, signs from
+    x's words, the packed amax trees and PRMT random bytes (rowwise); the RN ones none."""
+    for out_dtype in ("bf16", "f16"):
+        cols, rows = (
+            [render(cls(stochastic=st, out_dtype=out_dtype)) for st in (False, True)]
+            for cls in (S.FakeQuantColsSpec, S.FakeQuantRowsSpec)
+        )
+        for mark in ("stage_random_words", "e2m1_sr_value_rz", "min_blocks_per_mp=4,"):
+            assert mark not in cols[0] and mark in cols[1], mark
+        assert "quad_transpose" not in cols[1] and "sign_select" not in cols[1]
+        for mark in ("e2m1_sr_mag_rz", "sign_select", "rows_block_amax2", "opaque_u32"):
+            assert mark not in rows[0] and mark in rows[1], mark
+    for cls in (S.FakeQuantColsSpec, S.FakeQuantRowsSpec, S.Nvfp4Quantize2dSpec):
+        assert not {"legacy", "sr_stage", "sr_rz", "sign_words"} & {
+            f.name for f in dataclasses.fields(cls)
+        }
 
 
 def test_runtime_values_are_not_in_the_key():

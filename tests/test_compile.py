@@ -76,16 +76,6 @@ def test_longer_columnwise_dequantize_tiles_compile(spec, tmp_path, launch_smem)
     assert len(launch_smem) == 1 and int(launch_smem[0]) <= 64 * 1024 + 1024
 
 
-@pytest.mark.parametrize("spec", S.fake_quant_ab_variants(), ids=lambda s: s.describe())
-def test_fake_quant_ab_variants_compile(spec, tmp_path, launch_smem):
-    """The fake-quant A/B variants a module flag selects (``specs.fake_quant_ab_variants``:
-    the columnwise SR kernel with staged random words) compile, within a CTA's shared memory
-    and, with their staging buffer, still 5 CTAs per SM (the SR kernel's register cap)."""
-    _check_compiled(jit.compile_spec(spec), tmp_path)
-    assert len(launch_smem) == 1
-    assert 5 * (int(launch_smem[0]) + 1024) <= 228 * 1024, launch_smem[0]
-
-
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

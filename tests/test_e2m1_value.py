@@ -4,9 +4,9 @@ round x * enc straight to the e2m1 grid value instead of encoding a code and dec
 * ``e2m1_rn_value``: a = min(|s|, 6); p = 2^floor(log2(max(a, 1))); t = RN(a + p 2^22) (the
   fp32 ulp there is the e2m1 step of a's binade: 0.5 below 2, 1 below 4, 2 up to 6); q = t -
   p 2^22 (exact); the sign of s. Against ``e2m1_decode(e2m1_encode(s))`` of the reference;
-* ``e2m1_sr_value``: the stochastic floor's code bits ``bits(rz(t 2^-126)) >> 22`` (checked in
+* the SR floor as an rz product: the code bits ``bits(rz(t 2^-126)) >> 22`` (checked in
   tests/test_e2m1_packed.py) kept in place (& 0xFFC00000) and scaled back by 2^126 are the
-  code's value.
+  code's value; ``e2m1_sr_value_rz``'s fma.rz floor (the fake-quant kernels') equals it.
 
 Both fmas of the RN helper are exact sums of an exactly representable product (p 2^22), so a
 float32 add in numpy is the same single rounding. CI runs the specials and nine 2^20-pattern
@@ -69,7 +69,7 @@ test_sampled_chunk, test_full_space = sweep_tests(check_chunk)
 
 
 def test_sr_value_of_code():
-    """``e2m1_sr_value``: the floor's bits in place, bits(t 2^-126 rz) & 0xFFC00000 = code << 22
+    """The rz-product floor's bits in place, bits(t 2^-126 rz) & 0xFFC00000 = code << 22
     (a subnormal for codes 0-1, else exponent + top mantissa bit), times 2^126, is the code's
     grid value, for every code."""
     codes = np.arange(8, dtype=U32)
@@ -94,7 +94,7 @@ def test_sr_value_floor():
 
 
 def _rz126_value(t: np.ndarray) -> np.ndarray:
-    """``e2m1_sr_value``'s floor of t (fp32, [0, 8)): rz(t 2^-126) & 0xFFC00000, times 2^126."""
+    """The rz-product floor of t (fp32, [0, 8)): rz(t 2^-126) & 0xFFC00000, times 2^126."""
     tb = t.view(U32)
     sub = (np.floor(t.astype(np.float64) * 2.0**23).astype(np.int64)).astype(U32)
     rz = np.where(t >= 1, tb - U32(126 << 23), sub)
@@ -133,7 +133,7 @@ def _edges():
 
 
 def test_sr_value_rz_floor():
-    """``e2m1_sr_value_rz``: rz(p 2^22 + t) - p 2^22 equals ``e2m1_sr_value``'s floor (and so
+    """``e2m1_sr_value_rz``: rz(p 2^22 + t) - p 2^22 equals the rz-product floor (and so
     TE's min(floor(t / step(t)) * step(t), 6), ``test_sr_value_floor``) for every p t can occur
     with: stride 61 over every fp32 t in [0, 8) plus the edges; all of [2^-3, 8) with
     CUTEQUANT_E2M1_FULL=1 (below 2^-3 both are 0 for every p)."""

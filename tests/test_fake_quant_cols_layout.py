@@ -2,9 +2,8 @@
 ``fake_quant_cols.py.j2``), emulated lane by lane with numpy: the swizzled shared tile and the
 ldmatrix addresses read the intended tokens and columns without bank conflicts, the
 ldmatrix.trans + mma.sync fragments compute the RHT of every 16-token block with each lane
-holding tokens 4q .. 4q + 3 of columns gq and gq + 8, and the quad transpose of the random
-words hands each lane its tokens' bytes. Fragment layouts: PTX ISA, ldmatrix and
-mma.m16n8k16 (.bf16)."""
+holding tokens 4q .. 4q + 3 of columns gq and gq + 8, and the staged random words reach the
+lanes whose tokens use them. Fragment layouts: PTX ISA, ldmatrix and mma.m16n8k16 (.bf16)."""
 
 import numpy as np
 import pytest
@@ -15,11 +14,11 @@ from cutequant.kernels import fake_quant as fq
 TILE_COLS = 256
 ROW_BYTES = TILE_COLS * 2
 CHUNKS = ROW_BYTES // 16
-LANES = np.arange(32)
 
 
 def store_slot(t, c):
-    """Byte address of chunk c of token t in the shared tile (``load_tile``)."""
+    """Byte address of chunk c of token t in the shared tile: slot c ^ chunk_key(t) of the
+    token row (the swizzle the ldmatrix reads assume)."""
     return t * ROW_BYTES + ((c ^ fq.chunk_key(t)) << 4)
 
 
@@ -32,8 +31,9 @@ def copy_slot(tidx, k, threads=256):
     return t0 + pass_rows * k, c, t0 * ROW_BYTES + slot + pass_rows * k * ROW_BYTES
 
 
-def test_copy_tile_matches_the_legacy_load_tile():
-    """The cp.async copies put every chunk where ``load_tile`` (legacy) stored it."""
+def test_copy_tile_puts_every_chunk_at_its_slot():
+    """The cp.async copies (two base addresses and immediate offsets) put every chunk at
+    ``store_slot``."""
     loads = 64 * CHUNKS // 256
     for tidx in range(256):
         for k in range(loads):
@@ -135,22 +135,13 @@ def test_fragments_give_the_rht_and_the_token_layout():
                 assert frag == [y[gq, tok], y[gq, tok + 1], y[gq + 8, tok], y[gq + 8, tok + 1]]
 
 
-def test_quad_transpose():
-    v = [LANES * 100 + e for e in range(4)]  # lane L holds 100 L + e
-    out = fq.quad_transpose(
-        v, LANES & 3, lambda val, off: val[LANES ^ off], lambda c, a, b: np.where(c, a, b)
-    )
-    for b in range(4):  # lane L's out[b] = lane (quad base + b)'s element L & 3
-        assert np.array_equal(out[b], (LANES & ~3) * 100 + b * 100 + (LANES & 3))
-
-
 def test_staged_random_words_reach_their_readers_without_conflicts():
-    """``FakeQuantColsSpec.sr_stage``: lane (gq, q) draws block q of columns gq, gq + 8 and
-    stores word e of both (one 8-byte store) at ``rand_write_offset(lane, e)``; lane (gq, q)
-    then loads, per block blk, ``rand_read_offset(lane, blk)``: word q of block blk of its two
-    columns (the bytes of its tokens 4q .. 4q + 3), what ``quad_transpose`` handed it. The
-    8-byte accesses of each half-warp hit 16 distinct 8-byte bank pairs (one wavefront each),
-    and the warp's buffer holds ``RAND_WARP_BYTES``."""
+    """The stochastic columnwise kernel's staged random words: lane (gq, q) draws block q of
+    columns gq, gq + 8 and stores word e of both (one 8-byte store) at
+    ``rand_write_offset(lane, e)``; lane (gq, q) then loads, per block blk,
+    ``rand_read_offset(lane, blk)``: word q of block blk of its two columns (the bytes of its
+    tokens 4q .. 4q + 3). The 8-byte accesses of each half-warp hit 16 distinct 8-byte bank
+    pairs (one wavefront each), and the warp's buffer holds ``RAND_WARP_BYTES``."""
     buf = {}
     for lane in range(32):
         gq, q = lane >> 2, lane & 3

@@ -1,21 +1,22 @@
-"""CPU: numpy models of branch fq6's fake-quant identities (``kernels/fake_quant.py``).
+"""CPU: numpy models of branch fq6's identities in the stochastic rowwise fake-quant kernel
+(``kernels/fake_quant.py``, ``fake_quant_rows.py.j2``).
 
-* ``sign_words``: the kernels multiply the *unsigned* e2m1 value by sf and S_dec, pack two
-  results into a 16-bit pair and take the pair's sign bits from x's word in the same place
+* signs from x's words: the kernel multiplies the *unsigned* e2m1 value by sf and S_dec, packs two
+  results into a 16-bit pair and takes the pair's sign bits from x's word in the same place
   (``sign_select``), except in blocks whose scale is NaN (mask 0). Checked against the per-value
   path (s's sign on the magnitude, then the two multiplies, then the pack) on a model of the
   device's fp32 arithmetic (RNE, canonical NaN results, min.f32 returning the non-NaN operand,
   cvt.rn to bf16 / f16 with the canonical 16-bit NaN): every e4m3 scale byte, S_dec of both
-  signs and over the range, x from every bf16 special and random patterns, RN and SR (every
-  random byte via a random byte per element, plus all 256 bytes on the specials). Left out as
+  signs and over the range, x from every bf16 special and random patterns, every random byte
+  (a random byte per element, plus all 256 bytes on the specials). Left out as
   unreachable: a NaN x with a non-NaN scale (its block's amax is NaN), and a scale whose sign
   differs from S_dec's (the kernels' cvt of amax (>= +0) x S_enc / 6 keeps S_enc's sign,
   zeros included: ``test_scale_sign_follows_s_dec``); there sf S_dec can round to -0, enc is
   -inf and x = +0 gives s = NaN -> +6, whose sign x's word does not carry.
-* ``amax_words`` (rows): the block |max| by packed bf16x2 trees equals the fp32 FMNMX chain
+* the block amax: the block |max| by packed bf16x2 trees equals the fp32 FMNMX chain
   (same value, NaN where any element is NaN).
-* ``sr_prmt`` (rows) reuses ``stochastic.random_bytes_f32_prmt``, which
-  tests/test_e2m1_value.py (``test_sr_random_byte_prmt``) emulates.
+* the random bytes by PRMT reuse ``stochastic.random_bytes_f32_prmt``, which
+  tests/test_e2m1_packed.py (``test_sr_random_byte_prmt``) emulates.
 """
 
 import numpy as np
@@ -28,7 +29,6 @@ U32 = np.uint32
 F32 = np.float32
 CANON = U32(0x7FFFFFFF)
 FLT_MAX = np.finfo(np.float32).max
-MAGIC = F32(2.0**22)
 
 
 def _canon(v: np.ndarray) -> np.ndarray:
@@ -48,14 +48,11 @@ def _unit(a):
 
 
 def _mag(s: np.ndarray, byte) -> np.ndarray:
-    """The unsigned e2m1 value of s: RN (byte None) or SR (``e2m1_sr_mag_rz``: t = RN(a + byte /
-    512 p), floored to the step p / 2 of a's binade exactly)."""
+    """The unsigned SR e2m1 value of s (``e2m1_sr_mag_rz``: t = RN(a + byte / 512 p), floored to
+    the step p / 2 of a's binade exactly)."""
     with np.errstate(invalid="ignore"):
         a = np.fmin(np.abs(s), F32(6.0))  # min.f32: NaN -> 6
     p = _unit(a)
-    if byte is None:
-        m = p * MAGIC
-        return ((a + m).astype(F32) - m).astype(F32)  # one rounding, then exact
     t = (a + (byte.astype(F32) / F32(512)) * p).astype(F32)
     half = p.astype(np.float64) / 2
     return (np.floor(t.astype(np.float64) / half) * half).astype(F32)
@@ -110,7 +107,7 @@ def _xs():
     return np.concatenate([x, x ^ U32(0x80000000)]).view(F32)
 
 
-def _check(out_dtype, stochastic):
+def _check(out_dtype):
     xs = _xs()
     sfs = reference.e4m3_to_float(torch.arange(256, dtype=torch.uint8)).numpy().astype(F32)
     gen = np.random.default_rng(4)
@@ -120,28 +117,20 @@ def _check(out_dtype, stochastic):
         ok = np.isnan(sfs) | (np.signbit(sfs) == np.signbit(s_dec))
         sf = np.repeat(sfs[ok], xs.size)
         x = np.tile(xs, int(ok.sum()))
-        byte = gen.integers(0, 256, x.size).astype(U32) if stochastic else None
+        byte = gen.integers(0, 256, x.size).astype(U32)
         old, new = _both(x, sf, np.full(x.size, s_dec, F32), byte, out_dtype)
         bad = np.flatnonzero(old != new)
-        assert bad.size == 0, (out_dtype, stochastic, s_dec, old[bad[:4]], new[bad[:4]])
+        assert bad.size == 0, (out_dtype, s_dec, old[bad[:4]], new[bad[:4]])
         checked += old.size
     assert checked > 10**6
 
 
-def test_sign_words_rn_bf16():
-    _check("bf16", False)
-
-
-def test_sign_words_rn_f16():
-    _check("f16", False)
-
-
 def test_sign_words_sr_bf16():
-    _check("bf16", True)
+    _check("bf16")
 
 
 def test_sign_words_sr_f16():
-    _check("f16", True)
+    _check("f16")
 
 
 def test_sign_words_sr_every_byte_on_specials():

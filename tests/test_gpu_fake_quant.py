@@ -21,39 +21,10 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
-ROWS_FQ6 = {"sign": ("ROWS_SIGN_WORDS",), "amax": ("ROWS_AMAX_WORDS",), "prmt": ("ROWS_SR_PRMT",)}
-ROWS_FQ6["new"] = tuple(f for names in ROWS_FQ6.values() for f in names)  # the defaults
-
-
-@pytest.fixture(
-    params=["new", "legacy", "no-rz", "no-fq6", "sign", "amax", "prmt"], ids=lambda p: f"rows-{p}"
-)
-def rows_legacy(request, monkeypatch):
-    """The stochastic rowwise kernels: the default (the fma.rz floor, FakeQuantRowsSpec.sr_rz,
-    and branch fq6's sign_words / amax_words / sr_prmt); the code-and-decode one before issue
-    20, FakeQuantRowsSpec.legacy; the SR value path without the fma.rz floor and fq6; with the
-    floor but without fq6; the floor with each fq6 field alone. The RN kernel has one form.
-    Truthy for the non-default kernels (RN tests skip them)."""
-    monkeypatch.setattr(fake_quant, "ROWS_SR_LEGACY", request.param == "legacy")
-    monkeypatch.setattr(fake_quant, "ROWS_SR_RZ", request.param not in ("legacy", "no-rz"))
-    for flag in ROWS_FQ6["new"]:
-        monkeypatch.setattr(fake_quant, flag, flag in ROWS_FQ6.get(request.param, ()))
-    return request.param != "new"
-
-
-@pytest.fixture(params=[False, True], ids=["2d-new", "2d-legacy"])
-def legacy_2d(request, monkeypatch):
-    """The 2D kernels: issue 20's (tile walk, value path) and Nvfp4Quantize2dSpec.legacy."""
-    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param)
-    return request.param
-
-
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
-def test_rows(stochastic, out_dtype, device, rng, rows_legacy):
-    if rows_legacy and not stochastic:
-        pytest.skip("the RN rowwise kernel has one form")
+def test_rows(stochastic, out_dtype, device, rng):
     splits = random_splits(7, None, rng, zero_at=("front", "middle"), mean_rows=150)
     x = grouped_input(splits, 272, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -95,9 +66,7 @@ def test_rows_groups_and_given_amax(case, rng):
 
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
-def test_rows_extremes(stochastic, rng, rows_legacy):
-    if rows_legacy and not stochastic:
-        pytest.skip("the RN rowwise kernel has one form")
+def test_rows_extremes(stochastic, rng):
     rng_state = _rng_state(rng) if stochastic else None
     splits = [64, 0, 64, 64]
     x = torch.zeros(192, 128, dtype=torch.bfloat16, device="cuda")
@@ -113,31 +82,10 @@ def test_rows_extremes(stochastic, rng, rows_legacy):
     assert_same_bits(y, want, "extremes")
 
 
-@pytest.fixture(params=["new", "legacy", "no-stage", "sign", "five"], ids=lambda p: f"cols-{p}")
-def cols_kernel(request, monkeypatch):
-    """The columnwise kernels: the default (SR with staged random words,
-    FakeQuantColsSpec.sr_stage, which RN calls ignore), the one before issue 20
-    (FakeQuantColsSpec.legacy), the SR kernel without the staged words, the default with
-    branch fq6's FakeQuantColsSpec.sign_words (RN and SR: COLS_SIGN_WORDS, COLS_SR_SIGN_WORDS),
-    and the SR kernel bounded for 5 CTAs per SM instead of 4 (FakeQuantColsSpec.sr_four_ctas)."""
-    monkeypatch.setattr(fake_quant, "COLS_LEGACY", request.param == "legacy")
-    monkeypatch.setattr(fake_quant, "COLS_SR_STAGE", request.param != "no-stage")
-    monkeypatch.setattr(fake_quant, "COLS_SIGN_WORDS", request.param == "sign")
-    monkeypatch.setattr(fake_quant, "COLS_SR_SIGN_WORDS", request.param == "sign")
-    monkeypatch.setattr(fake_quant, "COLS_SR_FOUR_CTAS", request.param != "five")
-    return request.param
-
-
-def _skip_rn_sr_stage(cols_kernel, stochastic):
-    if cols_kernel in ("no-stage", "five") and not stochastic:
-        pytest.skip("a stochastic-rounding switch (RN runs the default kernel)")
-
-
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise(rht, stochastic, device, rng, cols_kernel):
-    _skip_rn_sr_stage(cols_kernel, stochastic)
+def test_columnwise(rht, stochastic, device, rng):
     splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=160)
     x = grouped_input(splits, 256, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -185,13 +133,10 @@ def _two_kernel_columnwise(x, splits, amax_col, rht, sign_mask, rng_state, out_d
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise_fused_equals_quantize_then_dequantize(
-    rht, stochastic, out_dtype, rng, cols_kernel
-):
+def test_columnwise_fused_equals_quantize_then_dequantize(rht, stochastic, out_dtype, rng):
     """The fused kernel against the two kernels it replaced, and against the reference: N = 400
     (a partial 256-column tile, a 16-column piece), groups of 16..1000 rows (partial 64-row
     tiles), zero-token groups; sign mask 0xD7E8 and, with the RHT, 0 (all-positive column 0)."""
-    _skip_rn_sr_stage(cols_kernel, stochastic)
     splits = [48, 0, 1008, 16, 272, 0, 64, 528]
     x = grouped_input(splits, 400, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -212,8 +157,7 @@ def test_columnwise_fused_equals_quantize_then_dequantize(
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("case", ["one-group", "300-groups", "given-amax", "device-300"])
-def test_columnwise_groups_and_given_amax(case, stochastic, rng, cols_kernel):
-    _skip_rn_sr_stage(cols_kernel, stochastic)
+def test_columnwise_groups_and_given_amax(case, stochastic, rng):
     if case == "one-group":
         splits = [2048]
     else:
@@ -238,11 +182,10 @@ def test_columnwise_groups_and_given_amax(case, stochastic, rng, cols_kernel):
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise_extremes(rht, stochastic, rng, cols_kernel):
+def test_columnwise_extremes(rht, stochastic, rng):
     """All-zero groups, +-bf16 max (saturated scales), NaN / inf entries (the NaN and inf
     groups' amax is NaN / inf), blocks whose scale rounds to 0 beside an outlier, and a given
     amax below the data's (values saturate at 6)."""
-    _skip_rn_sr_stage(cols_kernel, stochastic)
     splits = [64, 0, 64, 64, 32, 48]
     x = torch.zeros(272, 256, dtype=torch.bfloat16, device="cuda")
     big = torch.finfo(torch.bfloat16).max
@@ -320,7 +263,7 @@ def cutequant_kernels(prof) -> int:
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 @pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_weights_2d(listed, dtype, rng, legacy_2d):
+def test_weights_2d(listed, dtype, rng):
     w = (torch.randn(3, 144, 272, generator=rng) * 3).to(dtype).cuda()
     weights = [w[e].clone() for e in range(3)] if listed else w
     with poisoned_outputs():

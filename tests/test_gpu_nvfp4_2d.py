@@ -14,14 +14,6 @@ DIRECTIONS = [(True, True), (True, False), (False, True)]
 KEYS = ("row_data", "row_scales", "col_data", "col_scales", "amax")
 
 
-@pytest.fixture(autouse=True, params=[False, True], ids=["2d-new", "2d-legacy"])
-def legacy_2d(request, monkeypatch):
-    """Every test on the 2D kernels: issue 20's (tile coordinates stepped, not divided; the
-    fake-quant value path) and the one before (Nvfp4Quantize2dSpec.legacy)."""
-    monkeypatch.setattr(nvfp4_2d, "LEGACY_2D", request.param)
-    return request.param
-
-
 def _weights(e, rows, cols, dtype, gen, spread=True):
     w = torch.randn(e, rows, cols, generator=gen)
     if spread:  # per-expert and per-block magnitudes over many binades, rare outliers

@@ -1,21 +1,21 @@
-"""Probe (GPU): A/B of the fused NVFP4 fake-quant kernels against their pre-issue-20 versions,
-in one process (issue 20: >= 80% of the copy rate on an H200).
+"""Probe (GPU): A/B of a module switch of the fused NVFP4 fake-quant / 2D kernels in one
+process (issue 20: >= 80% of the copy rate on an H200).
 
     python perf/probes/fake_quant_ab.py [--cases "dense 8192x5120,..."] [--ops ...]
-    python perf/probes/fake_quant_ab.py --flag COLS_SR_STAGE [--ops ...]
+    python perf/probes/fake_quant_ab.py --flag NAME[,NAME...] [--ops ...]
 
-``--flag NAME[,NAME...]``: instead of the legacy switches, A/B a module flag (or several set
-together) of ``cutequant.fake_quant`` on every op given (default: the columnwise SR kernel):
-side "off" = the flags False (the default kernels), "on" = True; bits compared first on every
-case (the columnwise ops with and without the RHT), then timed alternately as below.
-
-For each op with a switch (``SWITCHES``: ``fake_quant.COLS_LEGACY``, the columnwise kernel;
-``fake_quant.ROWS_SR_LEGACY``, the stochastic rowwise kernel; ``nvfp4_2d.LEGACY_2D``, the 2D
-kernel, also for the 2D quantize ops ``nvfp4_2d_weights*``), the outputs of both sides are
-compared bit for bit on the case's inputs first (RN and SR with the same rng state); then both
-are timed like perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating
-sides over ``--rounds`` rounds so that clock drift hits both. Ops without a switch are timed
+``--flag NAME[,NAME...]``: A/B a module flag (or several set together) of
+``cutequant.fake_quant`` (``nvfp4_2d.NAME``: of ``cutequant.nvfp4_2d``, for the 2D ops) on every
+op given (default: the columnwise SR kernel): side "off" = the flags False (the default
+kernels), "on" = True. The outputs of both sides are compared bit for bit on the case's inputs
+first (the columnwise ops with and without the RHT, SR with the same rng state); then both are
+timed like perf/bench.py (CUDA-graph replay, median, ``bench.graph_time_us``), alternating sides
+over ``--rounds`` rounds so that clock drift hits both. Without ``--flag`` every op is timed
 once, for the table. Prints us and % of the copy rate measured in the same run.
+
+The switches of issue 20 (the kernels' legacy forms and the losing variants) are retired: the
+winners are the only forms (perf/NOTES.md, "retired A/B switches"); a new switch is a module
+flag, default False, that this probe flips.
 """
 
 import argparse
@@ -31,17 +31,10 @@ import bench  # noqa: E402
 import cutequant  # noqa: E402
 from cutequant import fake_quant, nvfp4_2d  # noqa: E402
 
-# op -> (module, flag): the flag set to True selects the legacy kernel
-SWITCHES = {
-    "fake_quant_columnwise_kernel": (fake_quant, "COLS_LEGACY"),
-    "fake_quant_columnwise_kernel_sr": (fake_quant, "COLS_LEGACY"),
-    "fake_quant_rows_sr": (fake_quant, "ROWS_SR_LEGACY"),
-    "fake_quant_weights_2d": (nvfp4_2d, "LEGACY_2D"),
-}
-# the 2D quantize variants share LEGACY_2D (the tile walk): not slower is the point there
+# op -> (module, flag) under --flag: the flag set to True selects the "on" side
+SWITCHES: dict = {}
 QUANTIZE_2D_OPS = [op for op in bench.OPS if op.startswith("nvfp4_2d_weights")]
-for _op in QUANTIZE_2D_OPS:
-    SWITCHES[_op] = (nvfp4_2d, "LEGACY_2D")
+MODULES = {"fake_quant": fake_quant, "nvfp4_2d": nvfp4_2d}
 OPS = (
     "fake_quant_columnwise_kernel",
     "fake_quant_columnwise_kernel_sr",
@@ -69,12 +62,12 @@ def columnwise_outputs(case, sr: bool):
     return torch.cat(out)
 
 
-def rows_sr_outputs(case):
-    """The stochastic rowwise kernel's output (computed amax) on the case's first input."""
+def rows_outputs(case, sr: bool):
+    """The rowwise kernel's output (computed amax) on the case's first input."""
     gen = torch.Generator().manual_seed(0)
     _, splits, xs = bench.make_inputs(case, gen)
-    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda")
-    y, _ = fake_quant.nvfp4_fake_quantize_rows_impl(xs[0], splits, None, True, rng, torch.bfloat16)
+    rng = torch.tensor([7, 0], dtype=torch.int64, device="cuda") if sr else None
+    y, _ = fake_quant.nvfp4_fake_quantize_rows_impl(xs[0], splits, None, sr, rng, torch.bfloat16)
     torch.cuda.synchronize()
     return y.view(torch.int16)
 
@@ -100,8 +93,8 @@ def weights_2d_outputs(case, fake: bool):
 def outputs(op, case):
     if op.startswith("fake_quant_columnwise"):
         return columnwise_outputs(case, op.endswith("_sr")).view(torch.int16)
-    if op == "fake_quant_rows_sr":
-        return rows_sr_outputs(case)
+    if op.startswith("fake_quant_rows"):
+        return rows_outputs(case, op.endswith("_sr"))
     return weights_2d_outputs(case, op == "fake_quant_weights_2d")
 
 
@@ -118,8 +111,8 @@ def compare_bits(op, case) -> bool:
     if op in QUANTIZE_2D_OPS[1:]:
         return True  # one 2D quantize comparison (rowwise + columnwise, compact) is enough
     outs = []
-    for legacy in (False, True):
-        _set(mod, flag, legacy)
+    for on in (False, True):
+        _set(mod, flag, on)
         outs.append(outputs(op, case))
     _set(mod, flag, False)
     same = torch.equal(outs[0], outs[1])
@@ -129,15 +122,15 @@ def compare_bits(op, case) -> bool:
     return same
 
 
-def time_op(op, case, legacy=None) -> float:
-    if legacy is not None:
+def time_op(op, case, on=None) -> float:
+    if on is not None:
         mod, flag = SWITCHES[op]
-        _set(mod, flag, legacy)
+        _set(mod, flag, on)
     try:
         fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
         return bench.graph_time_us(fn)
     finally:
-        if legacy is not None:
+        if on is not None:
             _set(mod, flag, False)
 
 
@@ -146,17 +139,23 @@ def main(argv=None) -> int:
     p.add_argument("--cases", default=",".join(bench.CASES))
     p.add_argument("--ops", default=None, help=f"default: {','.join(OPS)}")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--flag", default=None, help="A/B these fake_quant flags (comma-separated)")
+    p.add_argument(
+        "--flag", default=None, help="A/B these flags (comma-separated; nvfp4_2d.NAME: the 2D)"
+    )
     args = p.parse_args(argv)
     cases = args.cases.split(",")
-    labels = ("new", "legacy")
+    labels = ("off", "on")
     if args.flag:
+        module, _, names = args.flag.rpartition(".")
+        if module not in ("", *MODULES):
+            raise SystemExit(f"--flag: {module} is not one of {', '.join(MODULES)}")
+        mod = MODULES[module or "fake_quant"]
         ops = (args.ops or "fake_quant_columnwise_kernel_sr").split(",")
         for op in ops:
-            if not op.startswith("fake_quant_"):
-                raise SystemExit(f"--flag: {op} is not a fake_quant op")
-            SWITCHES[op] = (fake_quant, args.flag)
-        _set(fake_quant, args.flag, False)  # checks the names
+            if op not in bench.OPS or not (op.startswith("fake_quant_") or op in QUANTIZE_2D_OPS):
+                raise SystemExit(f"--flag: {op} is not a fake-quant or 2D op")
+            SWITCHES[op] = (mod, names)
+        _set(mod, names, False)  # checks the names
         labels = (f"{args.flag}=off", "on")
     else:
         ops = (args.ops or ",".join(OPS)).split(",")
@@ -183,11 +182,7 @@ def main(argv=None) -> int:
             print(
                 f"{op:34s} {case:24s} {labels[0]} {a:8.1f} us {pct(a):5.1f}%   "
                 f"{labels[1]} {b:8.1f} us {pct(b):5.1f}%   "
-                + (
-                    f"{100.0 * (a - b) / a:+5.1f}% less time {labels[1]}"
-                    if args.flag
-                    else f"{100.0 * (b - a) / b:+5.1f}% time"
-                )
+                f"{100.0 * (a - b) / a:+5.1f}% less time {labels[1]}"
             )
     return 0 if ok else 1
 
