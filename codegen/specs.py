@@ -424,6 +424,18 @@ DEQUANT_DEFAULT_COL_RING = 8
 DEQUANT_DEFAULT_SCALE_WORDS = True
 
 
+# Cache hints of a dequantize's data accesses (DequantizeSpec.cache_hints; perf/NOTES.md, "short
+# calls"): "" none (the default, left out of the key); "ld", data and scale loads as
+# ld.global.nc.L1::no_allocate.L2::256B (read-only path, no L1 line, 256-byte L2 fills: the
+# neighbouring tiles' pieces of a column / output row come in the same DRAM request); "st",
+# output stores as st.global.cs (evict-first in L2); "ldst", both
+DEQUANT_CACHE_HINTS = ("", "ld", "st", "ldst")
+# Sub-tiles per CTA of the last part of a 256-token ring kernel's walk (DequantizeSpec.col_tail,
+# a run-time argument of that variant; the runtime's plan, runtime/dequant.py _tail_plan, picks
+# how many row tiles go to them)
+DEQUANT_TAIL_SUBTILES = (1, 2)
+
+
 def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:
     """(col_tokens, col_ring, col_scale_words) of a columnwise dequantize transposed back, as
     the runtime picks them and precompile builds them."""
@@ -462,10 +474,23 @@ class DequantizeSpec(KernelSpec):
     # instead of 4 bytes, handed out by a byte transpose over the quad, where the tile's 4
     # sub-tiles lie in one group (False, the default, is left out of the key)
     col_scale_words: bool = False
+    # DEQUANT_CACHE_HINTS: cache hints of the data loads / output stores ("", the default, is
+    # left out of the key: those kernels keep their keys and sources)
+    cache_hints: str = ""
+    # 256-token ring tiles: the grid's last row CTAs ("tail CTAs", from a run-time index on) take
+    # 1 or 2 64-row sub-tiles each (a run-time argument) instead of 4, so that the walk ends in
+    # short CTAs (False, the default, is left out of the key)
+    col_tail: bool = False
 
     def __post_init__(self):
         super().__post_init__()
         transposes = self.columnwise and not self.transposed_out
+        if self.cache_hints not in DEQUANT_CACHE_HINTS:
+            raise ValueError(
+                f"cache_hints must be one of {DEQUANT_CACHE_HINTS}, got {self.cache_hints!r}"
+            )
+        if self.col_tail and not (transposes and self.col_tokens == 256 and self.col_ring):
+            raise ValueError("col_tail: 256-token columnwise tiles with the sub-tile ring only")
         if self.col_ring not in DEQUANT_COL_RINGS or (self.col_ring and self.col_tokens != 256):
             raise ValueError(
                 f"col_ring must be one of {DEQUANT_COL_RINGS} (non-zero: 256-token columnwise "
@@ -501,6 +526,10 @@ class DequantizeSpec(KernelSpec):
             del out["col_ring"]
         if not out["col_scale_words"]:
             del out["col_scale_words"]
+        if not out["cache_hints"]:
+            del out["cache_hints"]
+        if not out["col_tail"]:
+            del out["col_tail"]
         return out
 
     def render_fields(self) -> dict:
@@ -509,6 +538,8 @@ class DequantizeSpec(KernelSpec):
             "col_tokens": self.col_tokens,
             "col_ring": self.col_ring,
             "col_scale_words": self.col_scale_words,
+            "cache_hints": self.cache_hints,
+            "col_tail": self.col_tail,
         }
 
 
@@ -596,6 +627,26 @@ class FakeQuantColsSpec(KernelSpec):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+
+
+def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
+    """The dequantize variants the module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL``
+    select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short calls"): cache hints
+    "ldst" on every dequantize kernel, "ld" / "st" alone on the bf16 ones the bench times
+    (compact scales), tail CTAs on every 256-token ring kernel, and with "ldst" too in bf16.
+    tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    base = [s for s in recipe_variants(arch) if isinstance(s, DequantizeSpec)]
+    bf16 = [s for s in base if s.out_dtype == "bf16"]
+    out: list[KernelSpec] = [dataclasses.replace(s, cache_hints="ldst") for s in base]
+    out += [
+        dataclasses.replace(s, cache_hints=hints)
+        for s in bf16
+        if not s.transposed_out and not s.swizzled
+        for hints in ("ld", "st")
+    ]
+    out += [dataclasses.replace(s, col_tail=True) for s in base if s.col_ring]
+    out += [dataclasses.replace(s, col_tail=True, cache_hints="ldst") for s in bf16 if s.col_ring]
+    return out
 
 
 def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:

@@ -312,10 +312,61 @@ def load_global_v2(addr: Int64) -> list:
     return [v[0], v[1]]
 
 
-def store_words(addr: Int64, words: list):
-    """4 or 8 words to 16-byte-aligned global ``addr`` (one or two STG.128)."""
+def store_words(addr: Int64, words: list, streaming: bool = False):
+    """4 or 8 words to 16-byte-aligned global ``addr`` (one or two STG.128; ``streaming``:
+    ``st.global.cs``, DequantizeSpec.cache_hints)."""
+    store = dev.st_global_v4_cs if streaming else dev.st_global_v4
     for q in range(len(words) // 4):
-        dev.st_global_v4(addr + 16 * q, *words[4 * q : 4 * q + 4])
+        store(addr + 16 * q, *words[4 * q : 4 * q + 4])
+
+
+# Loads with cache hints (DequantizeSpec.cache_hints "ld"): the read-only path without an L1
+# line (every byte a dequantize loads is used by the instruction that loads it: L1 only holds
+# sectors in flight) and 256-byte L2 fills (the neighbouring tiles, dispatched next to this one,
+# read the rest of the 256 bytes: one DRAM request instead of two to four). The inputs are never
+# written while a dequantize runs, as .nc requires. Volatile, so that LLVM keeps them after the
+# PDL wait (an inline asm without side effects may be hoisted above it).
+_LD_NC = "ld.global.nc.L1::no_allocate.L2::256B"
+
+
+def _ld_nc(kind: str, addr: Int64, n: int, loc, ip) -> list:
+    regs = "{" + ", ".join(f"${i}" for i in range(n)) + "}" if n > 1 else "$0"
+    vec = f".v{n}" if n > 1 else ""
+    res_type = llvm.StructType.get_literal([T.i32()] * n) if n > 1 else T.i32()
+    res = llvm.inline_asm(
+        res_type,
+        _ir((addr,), (Int64,), loc, ip),
+        f"{_LD_NC}{vec}.{kind} {regs}, [${n}];",
+        ",".join(["=r"] * n) + ",l",
+        has_side_effects=True,
+        is_align_stack=False,
+    )
+    if n == 1:
+        return [Uint32(res)]
+    return [Uint32(llvm.extractvalue(T.i32(), res, [i], loc=loc, ip=ip)) for i in range(n)]
+
+
+@dsl_user_op
+def ldg_nc_b8(addr: Int64, *, loc=None, ip=None) -> Uint32:
+    """``load_global_b8`` with the hints above (zero-extended into a 32-bit register)."""
+    return _ld_nc("u8", addr, 1, loc, ip)[0]
+
+
+@dsl_user_op
+def ldg_nc_b32(addr: Int64, *, loc=None, ip=None) -> Uint32:
+    return _ld_nc("u32", addr, 1, loc, ip)[0]
+
+
+@dsl_user_op
+def ldg_nc_v2(addr: Int64, *, loc=None, ip=None) -> list:
+    """``load_global_v2`` with the hints above (8-byte aligned)."""
+    return _ld_nc("u32", addr, 2, loc, ip)
+
+
+@dsl_user_op
+def ldg_nc_v4(addr: Int64, *, loc=None, ip=None) -> list:
+    """``device.load_global_v4`` with the hints above (16-byte aligned)."""
+    return _ld_nc("u32", addr, 4, loc, ip)
 
 
 # ------------------------------------------------------------------------------ tile lookup
@@ -437,6 +488,7 @@ def find_tiles(
     first: Int32,
     scale_row: cutlass.Constexpr,
     count: cutlass.Constexpr,
+    limit=None,
 ):
     """``find_tile`` of the ``count`` consecutive 64-row tiles ``first`` .. ``first + count -
     1`` (one CTA of a columnwise dequantize with longer tiles), flat: 6 values per tile. A tile
@@ -445,16 +497,28 @@ def find_tiles(
     later group, or lie past the end). Tiles past the end keep the previous group with
     ``tile_local`` past its rows: rows left <= 0, so they load and store nothing, and their
     group (whose scale the caller reuses) stays valid. The condition is the same in every
-    thread (device splits: ``find_tile`` is warp-collective)."""
+    thread (device splits: ``find_tile`` is warp-collective).
+
+    ``limit`` (an Int32, the same in every thread; DequantizeSpec.col_tail): only tiles ``j <
+    limit`` are the CTA's; the others are given as past their group's end in the same way
+    (``tile_local`` = rows / 64 + 1), without a lookup."""
     out = find_tile(tables, num_groups, row_tiles, first, scale_row)
     prev = out
     for j in cutlass.range_constexpr(1, count):
         live, g, row0, rows, tl, ss = prev
         nxt = (live, g, row0, rows, tl + 1, ss)
-        if live != 0 and rows - tl * sched.TILE_ROWS <= sched.TILE_ROWS:
-            found = find_tile(tables, num_groups, row_tiles, first + j, scale_row)
-            if found[0] != 0:
-                nxt = found
+        if cutlass.const_expr(limit is None):
+            if live != 0 and rows - tl * sched.TILE_ROWS <= sched.TILE_ROWS:
+                found = find_tile(tables, num_groups, row_tiles, first + j, scale_row)
+                if found[0] != 0:
+                    nxt = found
+        else:
+            if j >= limit:
+                nxt = (live, g, row0, rows, (rows >> 6) + 1, ss)
+            elif live != 0 and rows - tl * sched.TILE_ROWS <= sched.TILE_ROWS:
+                found = find_tile(tables, num_groups, row_tiles, first + j, scale_row)
+                if found[0] != 0:
+                    nxt = found
         out = out + nxt
         prev = nxt
     return out

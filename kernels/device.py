@@ -641,6 +641,13 @@ def st_global_v4(
 
 
 @dsl_user_op
+def st_global_v4_cs(addr: Int64, a: Uint32, b: Uint32, c: Uint32, d: Uint32, *, loc=None, ip=None):
+    """16-byte store with the streaming cache operator (``st.global.cs``: evict-first in L2;
+    SASS STG.E.EF.128)."""
+    _st_global("cs.v4.b32", addr, (a, b, c, d), None, loc, ip)
+
+
+@dsl_user_op
 def st_global_v2(addr: Int64, a: Uint32, b: Uint32, policy=None, *, loc=None, ip=None):
     """8-byte store; ``addr`` must be 8-byte aligned."""
     _st_global("v2.b32", addr, (a, b), policy, loc, ip)

@@ -40,10 +40,13 @@ from pathlib import Path
 PATTERNS = {
     "HGMMA": r"\bHGMMA\.",
     "HMMA": r"\bHMMA\.",
-    "LDG.128": r"\bLDG\.E\.128",
-    "LDG<128": r"\bLDG\.E(?!\.128)",
-    "STG.128": r"\bSTG\.E\.128",
-    "STG<128": r"\bSTG\.E(?!\.128)",
+    # cache hints sit between .E and the width (LDG.E.NA.LTC256B.64.CONSTANT, STG.E.EF.128)
+    "LDG.128": r"\bLDG\.E(?:\.[A-Z0-9]+)*?\.128\b",
+    "LDG<128": r"\bLDG\.E(?![.A-Z0-9]*?\.128\b)",
+    "LDG.NA": r"\bLDG\.E\.NA\b",
+    "STG.128": r"\bSTG\.E(?:\.[A-Z0-9]+)*?\.128\b",
+    "STG<128": r"\bSTG\.E(?![.A-Z0-9]*?\.128\b)",
+    "STG.EF": r"\bSTG\.E\.EF\b",
     "LDS.128": r"\bLDS\.128",
     "LDS<128": r"\bLDS(?!\.128)\b",
     "STSM": r"\bSTSM\b",

@@ -26,7 +26,11 @@ import torch
 
 from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import _num_groups
-from cutequant.codegen.specs import DequantizeSpec, dequant_columnwise_defaults
+from cutequant.codegen.specs import (
+    DEQUANT_TAIL_SUBTILES,
+    DequantizeSpec,
+    dequant_columnwise_defaults,
+)
 
 OUT_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16", torch.float32: "f32"}
 FP8_FORMATS = {torch.float8_e4m3fn: "e4m3", torch.float8_e5m2: "e5m2"}
@@ -57,6 +61,25 @@ COLUMNWISE_RING = None
 # tile lies in one group, instead of one LDG.U8 per 16 tokens (perf/NOTES.md, "scale words";
 # perf/probes/dequant_walk.py --ab scales)
 COLUMNWISE_SCALE_WORDS = None
+# Cache hints of every dequantize kernel (a compile variant, DequantizeSpec.cache_hints, read when
+# the spec is built; perf/NOTES.md, "short calls"): "" none (the default); "ld", data and scale
+# loads ld.global.nc.L1::no_allocate.L2::256B; "st", output stores st.global.cs; "ldst", both
+# (perf/probes/dequant_walk.py --ab hints)
+CACHE_HINTS = ""
+# Short CTAs at the ends of the 256-token ring kernels' walk (a compile variant,
+# DequantizeSpec.col_tail, plus three kernel arguments; perf/NOTES.md, "short calls"): 0, off
+# (the default); 1 or 2, the 64-row sub-tiles of each short CTA. The walk's last row tiles,
+# about COLUMNWISE_TAIL_WAVES of a wave of full CTAs' work (``tail_plan``), go to short CTAs, so
+# that the slots that free up while the last full CTAs run fill with short CTAs; with
+# COLUMNWISE_HEAD_WAVES > 0 also the first row tiles (that many waves of short CTAs: the first
+# wave's read burst is 1/4 or 1/2 as large and its CTAs end at different times)
+# (perf/probes/dequant_walk.py --ab tail)
+COLUMNWISE_TAIL = 0
+COLUMNWISE_TAIL_WAVES = 0.5
+COLUMNWISE_HEAD_WAVES = 0.0
+# the plan's resident CTAs (None: SMs x the kernel's CTAs per SM); the GPU tests set a few, so
+# that their small cases get tail CTAs too
+COLUMNWISE_TAIL_SLOTS = None
 
 
 def _round_up(a: int, b: int) -> int:
@@ -64,7 +87,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    tokens, ring, words = 64, 0, False
+    tokens, ring, words, tail = 64, 0, False, False
     if columnwise and not transposed_out:
         tokens, ring, words = dequant_columnwise_defaults(fmt, swizzled)
         tokens = tokens if COLUMNWISE_TOKENS is None else COLUMNWISE_TOKENS
@@ -72,15 +95,16 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=F
         words = words if COLUMNWISE_SCALE_WORDS is None else COLUMNWISE_SCALE_WORDS
         ring = ring if tokens == 256 else 0
         words = words and tokens == 256 and fmt == "nvfp4" and not swizzled
-    return _cached_spec(
-        arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
-    )
+        if COLUMNWISE_TAIL not in (0, *DEQUANT_TAIL_SUBTILES):
+            raise ValueError(f"COLUMNWISE_TAIL: 0 or one of {DEQUANT_TAIL_SUBTILES}")
+        tail = bool(COLUMNWISE_TAIL) and ring != 0
+    flags = (tokens, ring, words, CACHE_HINTS, tail)
+    return _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, flags)
 
 
 @functools.cache
-def _cached_spec(
-    arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, tokens, ring, words
-):
+def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, flags):
+    tokens, ring, words, hints, tail = flags
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -92,7 +116,31 @@ def _cached_spec(
         col_tokens=tokens,
         col_ring=ring,
         col_scale_words=words,
+        cache_hints=hints,
+        col_tail=tail,
     )
+
+
+def tail_plan(
+    row_tiles: int, col_tiles: int, slots: int, sub: int, waves: float = 0.5, head: float = 0.0
+):
+    """(head, tail_from, row CTAs) of a 256-token ring kernel with short CTAs
+    (DequantizeSpec.col_tail) over ``row_tiles`` 64-row tiles: row CTAs below ``head`` take
+    ``sub`` tiles each, then up to ``tail_from`` 4 each, then ``sub`` each. ``slots``: CTAs
+    resident at once (SMs x CTAs per SM). The tail gets the last rows of the grid (dispatched
+    last: x is the column tile) holding about ``waves`` of a wave of full CTAs' work, whole rows
+    of the grid: while the last full CTAs run, the slots that free up before them take short
+    CTAs instead of idling (a full CTA runs up to ~4x as long, and slots free up evenly over its
+    lifetime: half a wave of work fills them). The head: the first rows, about ``head`` waves
+    of short CTAs. A grid of full CTAs that is resident at once is left as it is."""
+    full = -(-row_tiles // 4)
+    if full * col_tiles <= slots or sub >= 4:
+        return 0, full, full
+    tail = min(row_tiles, -(-int(4 * waves * slots) // col_tiles))
+    head_tiles = min(-(-int(head * slots) // col_tiles) * sub, (row_tiles - tail) // sub * sub)
+    tail += (row_tiles - tail - head_tiles) % 4  # the full CTAs take whole runs of 4
+    tail_from = head_tiles // sub + (row_tiles - tail - head_tiles) // 4
+    return head_tiles // sub, tail_from, tail_from + -(-tail // sub)
 
 
 # ------------------------------------------------------------------------------ checks
@@ -251,12 +299,21 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
     row_ctas = layout.row_tiles if layout.row_tiles >= 0 else m_rows // 64 + layout.num_groups
     if row_ctas == 0:
         return
-    # a CTA of the longer columnwise tiles takes col_tokens / 64 consecutive 64-row tiles
-    row_ctas = -(-row_ctas // (spec.col_tokens // 64))
     # the template's TILE_COLS: 128, or the fewest columns of >= 128-byte output rows
     out_bytes = 4 if spec.out_dtype == "f32" else 2
     tile_cols = max(128 * 64 // spec.col_tokens, 128 // out_bytes)
     col_tiles = -(-n_cols // tile_cols)
+    tail = ()
+    if spec.col_tail:
+        slots = COLUMNWISE_TAIL_SLOTS
+        if slots is None:
+            slots = _launch.sm_count(dev) * spec.col_ring  # compiled for col_ring CTAs per SM
+        sub, waves = COLUMNWISE_TAIL, (COLUMNWISE_TAIL_WAVES, COLUMNWISE_HEAD_WAVES)
+        head, tail_from, row_ctas = tail_plan(row_ctas, col_tiles, slots, sub, *waves)
+        tail = (head, tail_from, sub)
+    else:
+        # a CTA of the longer columnwise tiles takes col_tokens / 64 consecutive 64-row tiles
+        row_ctas = -(-row_ctas // (spec.col_tokens // 64))
     walk = spec.columnwise and not spec.transposed_out and COLUMNWISE_ROW_TILES_FIRST
     walk = walk and col_tiles < 1 << 16  # the grid's y extent
     _launch.run(
@@ -273,6 +330,7 @@ def _launch_dequantize(spec, data, scales, gscale, out, splits, m_rows, n_cols, 
         layout.early_level(),
         int(walk),
         row_ctas,
+        *tail,
         stream=_launch.raw_stream(dev),
     )
 
@@ -431,6 +489,11 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         COLUMNWISE_RING,
         COLUMNWISE_SCALE_WORDS,
         COLUMNWISE_ROW_TILES_FIRST,
+        CACHE_HINTS,
+        COLUMNWISE_TAIL,
+        COLUMNWISE_TAIL_WAVES,
+        COLUMNWISE_HEAD_WAVES,
+        COLUMNWISE_TAIL_SLOTS,
     )
     key = (id(outputs.spans), which, flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip

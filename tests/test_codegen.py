@@ -48,7 +48,7 @@ def test_variant_inventory():
 
 @pytest.mark.parametrize(
     "spec",
-    ALL + cli.all_specs("sm_100a"),
+    ALL + S.dequant_ab_variants() + cli.all_specs("sm_100a"),
     ids=lambda s: f"{s.arch}-{s.describe()}",
 )
 def test_rendered_module_is_plain_python(spec):
@@ -63,6 +63,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
     if shutil.which("ruff") is None:
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
+    specs += S.dequant_ab_variants()  # the A/B variants a module flag selects
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(
@@ -356,6 +357,38 @@ def test_dequantize_col_ring_key():
     for bad in ({"col_ring": 2}, {"col_ring": 8, "col_tokens": 128}):
         with pytest.raises(ValueError, match="col_ring"):
             dataclasses.replace(base, **bad)
+
+
+def test_dequantize_hint_and_tail_keys():
+    """``cache_hints`` "" and ``col_tail`` False (the defaults) stay out of the key; the others
+    are other kernels; ``col_tail`` needs 256-token ring tiles; the runtime's flags map to the
+    fields (and are off by default)."""
+    from cutequant import dequant
+
+    assert (dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL) == ("", 0)
+    ring = S.DequantizeSpec(columnwise=True, col_tokens=256, col_ring=8)
+    for base in (S.DequantizeSpec(), ring):
+        assert "cache_hints" not in base.key() and "col_tail" not in base.key()
+        keys = {dataclasses.replace(base, cache_hints=h).key() for h in S.DEQUANT_CACHE_HINTS}
+        assert len(keys) == len(S.DEQUANT_CACHE_HINTS)
+    assert module_name(dataclasses.replace(ring, col_tail=True)) != module_name(ring)
+    with pytest.raises(ValueError, match="cache_hints"):
+        S.DequantizeSpec(cache_hints="nc")
+    for bad in (S.DequantizeSpec(), dataclasses.replace(ring, col_ring=0)):
+        with pytest.raises(ValueError, match="col_tail"):
+            dataclasses.replace(bad, col_tail=True)
+    args = ("sm_90a", "e4m3", True, False, False, "bf16")
+    try:
+        dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL = "st", 2
+        spec = dequant._spec(*args)
+        assert (spec.cache_hints, spec.col_tail, spec.col_ring) == ("st", True, 8)
+        assert dequant._spec("sm_90a", "e4m3", False, False, False, "bf16").col_tail is False
+        dequant.COLUMNWISE_TAIL = 3
+        with pytest.raises(ValueError, match="COLUMNWISE_TAIL"):
+            dequant._spec(*args)
+    finally:
+        dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL = "", 0
+    assert dequant._spec(*args) in set(cli.all_specs("sm_90a"))
 
 
 def test_dequantize_runtime_specs_are_precompiled():

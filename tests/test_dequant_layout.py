@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 import torch
 
-from cutequant import jit
+from cutequant import dequant, jit
 from cutequant.codegen import specs
 from cutequant.kernels import dequant as dq
 
@@ -256,10 +256,11 @@ def test_device_split_search_on_bad_tables(groups):
         assert not row_tile < starts[-1]
 
 
-def _find_tiles(splits: list, first: int, count: int) -> list:
+def _find_tiles(splits: list, first: int, count: int, limit: int | None = None) -> list:
     """``dq.find_tiles`` with host splits: (group, first row, rows, tile within the group) of
     the 64-row tiles ``first`` .. ``first + count - 1``, by its rules (the next tile of the
-    same group without a lookup; past the end, the previous group's next tile)."""
+    same group without a lookup; past the end, the previous group's next tile; ``limit``, a
+    tail CTA's sub-tiles: tiles from ``limit`` on past their group's rows, rows / 64 + 1)."""
     tiles, row0 = [], 0
     for g, rows in enumerate(splits):
         tiles += [(g, row0, rows, t) for t in range(-(-rows // 64))]
@@ -268,10 +269,60 @@ def _find_tiles(splits: list, first: int, count: int) -> list:
     for j in range(1, count):
         g, row0, rows, tl = out[-1]
         nxt = (g, row0, rows, tl + 1)
-        if rows - 64 * tl <= 64 and first + j < len(tiles):
+        if limit is not None and j >= limit:
+            nxt = (g, row0, rows, (rows >> 6) + 1)
+        elif rows - 64 * tl <= 64 and first + j < len(tiles):
             nxt = tiles[first + j]
         out.append(nxt)
     return out
+
+
+def _plan_ctas(row_tiles: int, col_tiles: int, sub: int, slots: int, waves=0.5, head=0.0):
+    """(first 64-row tile, sub-tiles) of every row CTA of a 256-token columnwise kernel: 4 each,
+    or with short CTAs (DequantizeSpec.col_tail, ``sub`` tiles each) the runtime's
+    ``tail_plan`` and the template's mapping (head CTAs, full CTAs, tail CTAs)."""
+    if not sub:
+        return [(4 * r, 4) for r in range(-(-row_tiles // 4))]
+    n_head, tail_from, row_ctas = dequant.tail_plan(row_tiles, col_tiles, slots, sub, waves, head)
+    out = []
+    for r in range(row_ctas):
+        first, n = n_head * sub + (r - n_head) * 4, 4
+        if r < n_head:
+            first, n = r * sub, sub
+        if r >= tail_from:
+            first, n = n_head * sub + (tail_from - n_head) * 4 + (r - tail_from) * sub, sub
+        out.append((first, n))
+    return out
+
+
+def test_tail_plan():
+    """``dequant.tail_plan`` with the template's mapping: every row tile in exactly one CTA,
+    full CTAs take runs of 4, short ones 1 or 2; about ``waves`` of a wave of full CTAs' work
+    goes to the tail, about ``head`` waves of short CTAs to the head; nothing changes when the
+    full CTAs are resident at once. (132 SMs x 8 CTAs: the dense bench case, 128 row tiles x 80
+    column tiles, gets 28 row tiles of tail CTAs.)"""
+    assert dequant.tail_plan(128, 80, 1056, 2) == (0, 25, 39)
+    assert dequant.tail_plan(128, 80, 1056, 1) == (0, 25, 53)
+    assert dequant.tail_plan(128, 80, 1056, 2, 0.5, 1.0) == (14, 14 + 18, 14 + 18 + 14)
+    assert dequant.tail_plan(8, 80, 1056, 1) == (0, 2, 2)  # resident at once
+    rng = random.Random(5)
+    for _ in range(3000):
+        rows, cols = rng.randint(1, 3000), rng.randint(1, 200)
+        slots, sub = rng.choice([8, 100, 1056, 1064, 2112]), rng.choice([1, 2])
+        waves, head = rng.choice([0.25, 0.5, 1.0]), rng.choice([0.0, 0.5, 1.0])
+        ctas = _plan_ctas(rows, cols, sub, slots, waves, head)
+        got = [t for first, n in ctas for t in range(first, first + n) if t < rows]
+        assert got == list(range(rows)), (rows, cols, slots, sub, waves, head)
+        n_head, tail_from, _ = dequant.tail_plan(rows, cols, slots, sub, waves, head)
+        full = -(-rows // 4)
+        if full * cols <= slots:
+            assert ctas == [(4 * r, 4) for r in range(full)]
+            continue
+        tail_tiles = rows - n_head * sub - 4 * (tail_from - n_head)
+        assert 4 * waves * slots <= tail_tiles * cols or tail_tiles + n_head * sub == rows
+        assert (tail_tiles - 3) * cols < 4 * waves * slots + cols
+        assert n_head * cols < head * slots + cols
+        assert n_head * cols >= head * slots or tail_from == n_head  # capped: no full CTAs left
 
 
 def _sectors_whole(addrs: list, size: int, partial_ok: bool) -> bool:
@@ -301,19 +352,24 @@ def test_quad_transpose_bytes():
 
 
 @pytest.mark.parametrize(
-    ("tokens", "ring", "words"),
-    [(t, r, False) for t, r in LAYOUTS] + [(256, 0, True), (256, 8, True)],
+    ("tokens", "ring", "words", "tail"),
+    [(t, r, False, 0) for t, r in LAYOUTS]
+    + [(256, 0, True, 0), (256, 8, True, 0)]
+    + [(256, 8, w, t) for w in (False, True) for t in specs.DEQUANT_TAIL_SUBTILES],
 )
 @pytest.mark.parametrize(
     ("fmt", "out_dtype"), [("nvfp4", "bf16"), ("nvfp4", "f32"), ("e4m3", "f16"), ("e4m3", "f32")]
 )
-def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
+def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words, tail):
     """Every lane's loads and every thread's stores of a columnwise dequantize (transposed
     back), emulated CTA by CTA from the template's address formulas over uneven groups (every
     M_g a multiple of 16, not of the tile's tokens; empty groups; N = 272: a partial column
     tile): each data and scale byte read once, each output value written once, whole 32-byte
     sectors per warp instruction except at a partial tile's end, and per tile and column row
-    the sub-tiles of one group read one contiguous run."""
+    the sub-tiles of one group read one contiguous run. ``tail``: short CTAs of 1 or 2
+    sub-tiles (DequantizeSpec.col_tail) by the runtime's plan for 24 slots, which gives 8-12
+    of this case's 20 row tiles to tail CTAs, with 2 also 2-4 to head CTAs (some start inside
+    a group, some cross a group's end)."""
     nvfp4 = fmt == "nvfp4"
     if words and not nvfp4:
         pytest.skip("scale words: NVFP4 only")
@@ -324,6 +380,7 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
         col_tokens=tokens,
         col_ring=ring,
         col_scale_words=words,
+        col_tail=bool(tail),
     )
     m = jit.load_module(spec)
     splits = [16, 48, 0, 64, 80, 144, 0, 256, 32, 208, 112, 16]
@@ -337,10 +394,17 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
     row_tiles = sum(-(-r // 64) for r in splits)
     load_bytes = 8 if nvfp4 else 16  # LDG.64 of 16 e2m1 codes / LDG.128 of 16 fp8 bytes
     sub = m.SUB_ROWS
-    for col_tile in range(-(-n // m.TILE_COLS)):
-        for cta in range(-(-row_tiles // m.SUBTILES)):
-            where = _find_tiles(splits, m.SUBTILES * cta, m.SUBTILES)
+    col_tiles = -(-n // m.TILE_COLS)
+    if m.SUBTILES == 4:
+        ctas = _plan_ctas(row_tiles, col_tiles, tail, slots=24, head=0.4 if tail == 2 else 0)
+    else:
+        ctas = [(m.SUBTILES * r, m.SUBTILES) for r in range(-(-row_tiles // m.SUBTILES))]
+    assert not tail or any(n_sub == tail for _, n_sub in ctas)
+    for col_tile in range(col_tiles):
+        for first, n_sub in ctas:
+            where = _find_tiles(splits, first, m.SUBTILES, n_sub if tail else None)
             left = [rows - sub * tl for _, _, rows, tl in where]
+            assert all(x <= 0 for x in left[n_sub:])  # a tail CTA's other sub-tiles: nothing
             runs = collections.defaultdict(list)  # (group, column) -> bytes read by the tile
             # scale words: the tile's sub-tiles in one group; lane 4c + q's word (sub-tile q)
             one_group = words and len({w[0] for w in where}) == 1
@@ -350,7 +414,8 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words):
                 for warp, k, lane in _product(m.THREADS // 32, m.GROUPS_PER_WARP, 32):
                     c, q = lane >> 2, lane & 3
                     col = col_tile * m.TILE_COLS + 8 * m.GROUPS_PER_WARP * warp + 8 * k + c
-                    if col < n and left[0] > sub * q:
+                    # the template's sub_q_live (tail CTAs: min(left, 64 * subtiles))
+                    if col < n and min(left[0], sub * n_sub) > sub * q:
                         assert 4 * (tl0 + q) + 4 <= cg[g]  # inside the group's padded row
                         word_at[warp, k, lane] = (
                             (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g] + 4 * (tl0 + q)

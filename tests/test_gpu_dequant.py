@@ -2,8 +2,10 @@
 (bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
 columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile; 256 also
 with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, and the NVFP4 scale words,
-``dequant.COLUMNWISE_SCALE_WORDS``); tests
-parametrized rowwise only run once."""
+``dequant.COLUMNWISE_SCALE_WORDS``), with the cache hints (``dequant.CACHE_HINTS`` "ldst":
+rowwise kernels too) and with short CTAs of 1 / 2 sub-tiles at the walk's end (and start:
+``dequant.COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``; a plan for 4 resident CTAs so that the
+small cases have them); tests parametrized rowwise run with the 64-token ids only."""
 
 import pytest
 import torch
@@ -15,24 +17,54 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 
 @pytest.fixture(
-    params=[64, 128, 256, (256, 8, False), (256, 8, True)],
-    ids=["tok64", "tok128", "tok256", "tok256ring8", "tok256ring8words"],  # the last: the default
+    params=[
+        64,
+        128,
+        256,
+        (256, 8, False),
+        (256, 8, True),  # the default
+        (64, 0, False, "ldst"),
+        (256, 8, True, "ldst"),
+        (256, 8, False, "", 1),
+        (256, 8, True, "", 1),
+        (256, 8, True, "", 2, 1.0),
+        (256, 8, True, "ldst", 2, 1.0),
+    ],
+    ids=[
+        "tok64",
+        "tok128",
+        "tok256",
+        "tok256ring8",
+        "tok256ring8words",
+        "tok64hints",
+        "tok256ring8wordshints",
+        "tok256ring8tail1",
+        "tok256ring8wordstail1",
+        "tok256ring8wordstail2head",
+        "tok256ring8wordshintstail2head",
+    ],
 )
 def col_tokens(request, monkeypatch):
     """The columnwise kernels' tile length, and for 256 tokens the staging (the sub-tile ring,
     ``dequant.COLUMNWISE_RING``) and the NVFP4 scale words (``COLUMNWISE_SCALE_WORDS``; FP8
-    and swizzled scales ignore it): compile variants, read when the spec is built."""
+    and swizzled scales ignore it): compile variants, read when the spec is built; then the
+    cache hints (``CACHE_HINTS``, every kernel) and short CTAs at the walk's end (and start:
+    ``COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``), planned for 4 resident CTAs
+    (``COLUMNWISE_TAIL_SLOTS``) so that the small cases have them too."""
     callspec = getattr(request.node, "callspec", None)
     params = callspec.params if callspec is not None else {}
     rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
-    if request.param != 64 and rowwise:
+    param = request.param if isinstance(request.param, tuple) else (request.param,)
+    tokens, ring, words, hints, tail, head = param + (0, False, "", 0, 0.0)[len(param) - 1 :]
+    if tokens != 64 and rowwise:
         pytest.skip("rowwise: one tile layout")
-    tokens, ring, words = (
-        request.param if isinstance(request.param, tuple) else (request.param, 0, 0)
-    )
     monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", tokens)
     monkeypatch.setattr(dequant, "COLUMNWISE_RING", ring)
     monkeypatch.setattr(dequant, "COLUMNWISE_SCALE_WORDS", bool(words))
+    monkeypatch.setattr(dequant, "CACHE_HINTS", hints)
+    monkeypatch.setattr(dequant, "COLUMNWISE_TAIL", tail)
+    monkeypatch.setattr(dequant, "COLUMNWISE_HEAD_WAVES", head)
+    monkeypatch.setattr(dequant, "COLUMNWISE_TAIL_SLOTS", 4 if tail else None)
     return tokens
 
 
@@ -367,6 +399,54 @@ def check_fp8(data, scale_inv, splits, n, *, columnwise, out_dtype, device_split
         data.cpu(), scale_inv.cpu(), splits, n, columnwise=columnwise, out_dtype=out_dtype
     )
     assert_same_bits(got, ref, f"fp8 col={columnwise} {data.dtype}")
+
+
+@pytest.mark.parametrize("mode", [*NVFP4_MODES, "fp8"], ids=["row", "col", "col-unrht", "fp8-col"])
+def test_back_to_back_calls_on_rewritten_inputs(mode, rng):
+    """Calls on one stream without a synchronization (each may start while the one before it
+    ends: PDL), each on the same input buffers, rewritten by a copy right before it: every call
+    must read its own round's bytes, through the read-only path too (``dequant.CACHE_HINTS``
+    "ld": ld.global.nc), and write its own output."""
+    splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=300)
+    n = 256
+    rounds = []
+    for _ in range(4):
+        if mode == "fp8":
+            data = random_fp8_bytes(sum(splits) * n, rng, torch.float8_e4m3fn)
+            rounds.append((data, torch.rand(len(splits), generator=rng) + 0.01))
+        else:
+            rounds.append(random_nvfp4_buffers(splits, n, rng, columnwise=mode[0]))
+    on_gpu = [tuple(t.cuda() for t in r) for r in rounds]
+    bufs = tuple(t.clone() for t in on_gpu[0])
+    outs = []
+    for r in on_gpu:
+        for buf, t in zip(bufs, r, strict=True):
+            buf.copy_(t)
+        if mode == "fp8":
+            args = (*bufs, tuple(splits), n, True, torch.bfloat16)
+            outs.append(dequant.fp8_group_dequantize_impl(*args)[0])
+        else:
+            flags = (mode[0], False, mode[1], SIGN_MASK, torch.bfloat16)
+            args = (*bufs, tuple(splits), n, *flags)
+            outs.append(dequant.nvfp4_group_dequantize_impl(*args)[0])
+    torch.cuda.synchronize()
+    for i, (r, got) in enumerate(zip(rounds, outs, strict=True)):
+        if mode == "fp8":
+            ref = recipe_reference.fp8_group_dequantize(
+                *r, splits, n, columnwise=True, out_dtype=torch.bfloat16
+            )
+        else:
+            ref = recipe_reference.nvfp4_group_dequantize(
+                *r,
+                splits,
+                n,
+                columnwise=mode[0],
+                swizzled=False,
+                undo_rht=mode[1],
+                sign_mask=SIGN_MASK,
+                out_dtype=torch.bfloat16,
+            )
+        assert_same_bits(got, ref, f"round {i} {mode}")
 
 
 @pytest.mark.parametrize("out_dtype", OUT_DTYPES, ids=str)

@@ -15,7 +15,15 @@ graph replay), checking first that every side gives the same bits on every op an
 * ``--with NAME=VALUE`` (repeatable) sets another module flag of ``cutequant.dequant`` for
   both sides, e.g. ``--ab scales --with COLUMNWISE_RING=8``;
 * ``--ab walk``: the CTA order (``dequant.COLUMNWISE_ROW_TILES_FIRST``, a kernel argument: no
-  recompile), column tiles fastest vs a column strip's row tiles first.
+  recompile), column tiles fastest vs a column strip's row tiles first;
+* ``--ab hints``: cache hints of every dequantize kernel (``dequant.CACHE_HINTS``, a compile
+  variant): none / "ld" (loads ld.global.nc.L1::no_allocate.L2::256B) / "st" (stores
+  st.global.cs) / "ldst"; ``--values none,ld,st,ldst``; give rowwise ops with ``--ops`` too;
+* ``--ab tail``: tail CTAs of the 256-token ring kernels (``dequant.COLUMNWISE_TAIL``, a compile
+  variant plus kernel arguments): 0 off, 1 or 2 sub-tiles per short CTA at the walk's end;
+  ``--with COLUMNWISE_TAIL_WAVES=0.25`` changes how much work the plan gives them, ``--with
+  COLUMNWISE_HEAD_WAVES=1`` adds a wave of short CTAs at the start (perf/NOTES.md, "short
+  calls").
 
 Each op and case is built once (inputs and quantized results); the sides are switched between
 the timings (the module flags are read when a call builds its spec; replay records are keyed
@@ -25,6 +33,8 @@ by them).
                                        [--ops nvfp4_dequantize_col,...] [--cases ...]
     python perf/probes/dequant_walk.py --rows-first perf/bench.py --ops ...   # any script
     python perf/probes/dequant_walk.py --tokens 128 perf/bench.py --ops nvfp4_dequantize_col
+    python perf/probes/dequant_walk.py --flag COLUMNWISE_TAIL=2 perf/probes/size_sweep.py \
+        --ops dq_col                      # any flag of --with, then any script
 """
 
 import argparse
@@ -46,6 +56,8 @@ ABS = {
     "ring": ("COLUMNWISE_RING", (0, 8), int),
     "scales": ("COLUMNWISE_SCALE_WORDS", (False, True), lambda v: v == "True"),
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
+    "hints": ("CACHE_HINTS", ("", "ld", "st", "ldst"), lambda v: "" if v == "none" else v),
+    "tail": ("COLUMNWISE_TAIL", (0, 1, 2), int),
 }
 # flags --with may set (name: parse)
 EXTRA = {
@@ -53,6 +65,10 @@ EXTRA = {
     "COLUMNWISE_RING": int,
     "COLUMNWISE_SCALE_WORDS": lambda v: v == "True",
     "COLUMNWISE_ROW_TILES_FIRST": lambda v: v == "True",
+    "CACHE_HINTS": lambda v: "" if v == "none" else v,
+    "COLUMNWISE_TAIL": int,
+    "COLUMNWISE_TAIL_WAVES": float,
+    "COLUMNWISE_HEAD_WAVES": float,
 }
 
 
@@ -108,7 +124,7 @@ def main(argv=None) -> int:
                     same = all(torch.equal(a, b) for a, b in zip(outs[0], out, strict=True))
                     assert same, f"{op} {case}: {attr} {values[0]} and {value} differ"
         print("bits: every side identical on every op and case")
-        header = " / ".join(str(v) for v in values)
+        header = " / ".join(str(v) if v != "" else "none" for v in values)
         rounds = " | ".join(f"{header}, round {r + 1}" for r in range(args.rounds))
         print(f"| op | case | {rounds} |")
         for (op, case), (fn, nbytes) in built.items():
@@ -144,6 +160,10 @@ if __name__ == "__main__":
         _run_script(sys.argv[2:])
     elif len(sys.argv) > 2 and sys.argv[1] == "--tokens":
         dequant.COLUMNWISE_TOKENS = int(sys.argv[2])
+        _run_script(sys.argv[3:])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--flag":
+        name, value = sys.argv[2].split("=")
+        setattr(dequant, name, EXTRA[name](value))
         _run_script(sys.argv[3:])
     else:
         sys.exit(main())

@@ -37,6 +37,11 @@ OPS = {
     "fp8_row": lambda c, g: bench.bench_fp8(c, g, "delayed", columnwise=False),
     "fp8_col": lambda c, g: bench.bench_fp8(c, g, "delayed", rowwise=False),
     "nvfp4": lambda c, g: bench.bench_nvfp4(c, g, False),
+    # dequantize to bf16 (perf/NOTES.md, "short calls"): rowwise, columnwise (+ inverse RHT), FP8
+    "dq_row": lambda c, g: bench.bench_nvfp4_dequantize(c, g),
+    "dq_col": lambda c, g: bench.bench_nvfp4_dequantize(c, g, True, False),
+    "dq_col_unrht": lambda c, g: bench.bench_nvfp4_dequantize(c, g, True, True),
+    "fp8_dq_col": lambda c, g: bench.bench_fp8_dequantize(c, g, True),
 }
 
 
