@@ -425,11 +425,18 @@ DEQUANT_DEFAULT_SCALE_WORDS = True
 
 
 # Cache hints of a dequantize's data accesses (DequantizeSpec.cache_hints; perf/NOTES.md, "short
-# calls"): "" none (the default, left out of the key); "ld", data and scale loads as
+# calls"): "" none (left out of the key); "ld", data and scale loads as
 # ld.global.nc.L1::no_allocate.L2::256B (read-only path, no L1 line, 256-byte L2 fills: the
 # neighbouring tiles' pieces of a column / output row come in the same DRAM request); "st",
-# output stores as st.global.cs (evict-first in L2); "ldst", both
+# output stores as st.global.cs (evict-first in L2); "ldst", both: the default. H200 runs 55-56
+# (bits identical; 6 rotating inputs, 135+ MB, so that L2 cannot hold them between calls): NVFP4
+# rowwise 82.4 / 85.0 / 87.3 / 87.9 -> 86.9 / 88.8 / 90.8 / 91.3% of copy, columnwise 80.8 /
+# 83.5 / 86.3 / 86.9 -> 83.3 / 85.1 / 87.2 / 87.2, FP8 transposed 77.5 / 82.8 / 85.7 / 86.0 ->
+# 82.5 / 84.4 / 87.0 / 87.4, FP8 rowwise and the inverse RHT within +-1; ncu with L2 flushed
+# (dense): 32.1 -> 31.0 us (NVFP4 rowwise), 35.5 -> 34.4 us (FP8 transposed). "ld" alone lost
+# 8-25% and "st" alone 0-4%
 DEQUANT_CACHE_HINTS = ("", "ld", "st", "ldst")
+DEQUANT_DEFAULT_CACHE_HINTS = "ldst"
 # Sub-tiles per CTA of the last part of a 256-token ring kernel's walk (DequantizeSpec.col_tail,
 # a run-time argument of that variant; the runtime's plan, runtime/dequant.py _tail_plan, picks
 # how many row tiles go to them)
@@ -476,7 +483,7 @@ class DequantizeSpec(KernelSpec):
     col_scale_words: bool = False
     # DEQUANT_CACHE_HINTS: cache hints of the data loads / output stores ("", the default, is
     # left out of the key: those kernels keep their keys and sources)
-    cache_hints: str = ""
+    cache_hints: str = DEQUANT_DEFAULT_CACHE_HINTS
     # 256-token ring tiles: the grid's last row CTAs ("tail CTAs", from a run-time index on) take
     # 1 or 2 64-row sub-tiles each (a run-time argument) instead of 4, so that the walk ends in
     # short CTAs (False, the default, is left out of the key)
@@ -631,13 +638,13 @@ class FakeQuantColsSpec(KernelSpec):
 
 def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     """The dequantize variants the module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL``
-    select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short calls"): cache hints
-    "ldst" on every dequantize kernel, "ld" / "st" alone on the bf16 ones the bench times
-    (compact scales), tail CTAs on every 256-token ring kernel, and with "ldst" too in bf16.
-    tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short calls"): every
+    dequantize kernel without cache hints (the form before "ldst" became the default), "ld" /
+    "st" alone on the bf16 ones the bench times (compact scales), and tail CTAs on every
+    256-token ring kernel. tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
     base = [s for s in recipe_variants(arch) if isinstance(s, DequantizeSpec)]
     bf16 = [s for s in base if s.out_dtype == "bf16"]
-    out: list[KernelSpec] = [dataclasses.replace(s, cache_hints="ldst") for s in base]
+    out: list[KernelSpec] = [dataclasses.replace(s, cache_hints="") for s in base]
     out += [
         dataclasses.replace(s, cache_hints=hints)
         for s in bf16
@@ -645,7 +652,6 @@ def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         for hints in ("ld", "st")
     ]
     out += [dataclasses.replace(s, col_tail=True) for s in base if s.col_ring]
-    out += [dataclasses.replace(s, col_tail=True, cache_hints="ldst") for s in bf16 if s.col_ring]
     return out
 
 

@@ -27,6 +27,7 @@ import torch
 from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import _num_groups
 from cutequant.codegen.specs import (
+    DEQUANT_DEFAULT_CACHE_HINTS,
     DEQUANT_TAIL_SUBTILES,
     DequantizeSpec,
     dequant_columnwise_defaults,
@@ -62,10 +63,11 @@ COLUMNWISE_RING = None
 # perf/probes/dequant_walk.py --ab scales)
 COLUMNWISE_SCALE_WORDS = None
 # Cache hints of every dequantize kernel (a compile variant, DequantizeSpec.cache_hints, read when
-# the spec is built; perf/NOTES.md, "short calls"): "" none (the default); "ld", data and scale
-# loads ld.global.nc.L1::no_allocate.L2::256B; "st", output stores st.global.cs; "ldst", both
-# (perf/probes/dequant_walk.py --ab hints)
-CACHE_HINTS = ""
+# the spec is built; perf/NOTES.md, "short calls"): "" none; "ld", data and scale loads
+# ld.global.nc.L1::no_allocate.L2::256B; "st", output stores st.global.cs; "ldst", both (the
+# default: H200 runs 55-56, 1-5 points of copy more on every NVFP4 / FP8 case, the inverse RHT
+# within +-1; codegen.specs.DEQUANT_DEFAULT_CACHE_HINTS) (perf/probes/dequant_walk.py --ab hints)
+CACHE_HINTS = DEQUANT_DEFAULT_CACHE_HINTS
 # Short CTAs at the ends of the 256-token ring kernels' walk (a compile variant,
 # DequantizeSpec.col_tail, plus three kernel arguments; perf/NOTES.md, "short calls"): 0, off
 # (the default); 1 or 2, the 64-row sub-tiles of each short CTA. The walk's last row tiles,

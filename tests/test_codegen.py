@@ -360,15 +360,17 @@ def test_dequantize_col_ring_key():
 
 
 def test_dequantize_hint_and_tail_keys():
-    """``cache_hints`` "" and ``col_tail`` False (the defaults) stay out of the key; the others
-    are other kernels; ``col_tail`` needs 256-token ring tiles; the runtime's flags map to the
-    fields (and are off by default)."""
+    """``cache_hints`` "ldst" is the default (in the key), "" (no hints) stays out of it and
+    ``col_tail`` False too; the others are other kernels; ``col_tail`` needs 256-token ring
+    tiles; the runtime's flags map to the fields (by default "ldst" and no tail)."""
     from cutequant import dequant
 
-    assert (dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL) == ("", 0)
+    assert (dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL) == ("ldst", 0)
+    assert S.DequantizeSpec().cache_hints == S.DEQUANT_DEFAULT_CACHE_HINTS == "ldst"
     ring = S.DequantizeSpec(columnwise=True, col_tokens=256, col_ring=8)
     for base in (S.DequantizeSpec(), ring):
-        assert "cache_hints" not in base.key() and "col_tail" not in base.key()
+        bare = dataclasses.replace(base, cache_hints="")
+        assert "cache_hints" not in bare.key() and "col_tail" not in base.key()
         keys = {dataclasses.replace(base, cache_hints=h).key() for h in S.DEQUANT_CACHE_HINTS}
         assert len(keys) == len(S.DEQUANT_CACHE_HINTS)
     assert module_name(dataclasses.replace(ring, col_tail=True)) != module_name(ring)
@@ -387,7 +389,7 @@ def test_dequantize_hint_and_tail_keys():
         with pytest.raises(ValueError, match="COLUMNWISE_TAIL"):
             dequant._spec(*args)
     finally:
-        dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL = "", 0
+        dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL = "ldst", 0
     assert dequant._spec(*args) in set(cli.all_specs("sm_90a"))
 
 

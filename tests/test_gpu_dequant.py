@@ -2,10 +2,11 @@
 (bit-exact; outputs poisoned first, so an unwritten value shows up). Every test runs with each
 columnwise tile length (``dequant.COLUMNWISE_TOKENS``: 64, 128, 256 tokens per tile; 256 also
 with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, and the NVFP4 scale words,
-``dequant.COLUMNWISE_SCALE_WORDS``), with the cache hints (``dequant.CACHE_HINTS`` "ldst":
-rowwise kernels too) and with short CTAs of 1 / 2 sub-tiles at the walk's end (and start:
-``dequant.COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``; a plan for 4 resident CTAs so that the
-small cases have them); tests parametrized rowwise run with the 64-token ids only."""
+``dequant.COLUMNWISE_SCALE_WORDS``), with the cache hints (``dequant.CACHE_HINTS``, default
+"ldst") and without them (rowwise kernels too), and with short CTAs of 1 / 2 sub-tiles at the
+walk's end (and start: ``dequant.COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``; a plan for 4
+resident CTAs so that the small cases have them); tests parametrized rowwise run with the
+64-token ids only."""
 
 import pytest
 import torch
@@ -23,11 +24,9 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
         256,
         (256, 8, False),
         (256, 8, True),  # the default
-        (64, 0, False, "ldst"),
-        (256, 8, True, "ldst"),
-        (256, 8, False, "", 1),
-        (256, 8, True, "", 1),
-        (256, 8, True, "", 2, 1.0),
+        (64, 0, False, ""),
+        (256, 8, True, ""),
+        (256, 8, True, "ldst", 1),
         (256, 8, True, "ldst", 2, 1.0),
     ],
     ids=[
@@ -36,12 +35,10 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
         "tok256",
         "tok256ring8",
         "tok256ring8words",
-        "tok64hints",
-        "tok256ring8wordshints",
-        "tok256ring8tail1",
+        "tok64nohints",
+        "tok256ring8wordsnohints",
         "tok256ring8wordstail1",
         "tok256ring8wordstail2head",
-        "tok256ring8wordshintstail2head",
     ],
 )
 def col_tokens(request, monkeypatch):
@@ -55,7 +52,8 @@ def col_tokens(request, monkeypatch):
     params = callspec.params if callspec is not None else {}
     rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
     param = request.param if isinstance(request.param, tuple) else (request.param,)
-    tokens, ring, words, hints, tail, head = param + (0, False, "", 0, 0.0)[len(param) - 1 :]
+    defaults = (0, False, dequant.CACHE_HINTS, 0, 0.0)  # the runtime's hints unless given
+    tokens, ring, words, hints, tail, head = param + defaults[len(param) - 1 :]
     if tokens != 64 and rowwise:
         pytest.skip("rowwise: one tile layout")
     monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", tokens)
