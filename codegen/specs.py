@@ -289,6 +289,12 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # operands, unmasked stores for whole blocks, 32-bit offsets); runtime/nvfp4.py's ALU_TRIM.
     # Same bits. False: 64-bit offsets (larger calls, and the A/B); left out of the key then.
     alu_trim: bool = False
+    # True (issue 17, eleventh session, branch alu5; an A/B variant, runtime/nvfp4.py's
+    # FMA_ENCODER): the RN encoder with part of its work on the FMA pipe (kernels/nvfp4_fma.py:
+    # two bf16 candidates and the saturation in one 3-input min, the nibbles and signs gathered
+    # by IMAD). Same bits. Needs alu_trim (its opaque operands); sm_90a's software encoder only
+    # (not SR, not the hardware cvt). False: left out of the key and the source.
+    fma_encoder: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
@@ -297,6 +303,8 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
         out = super().fields()
         if not out["alu_trim"]:
             del out["alu_trim"]
+        if not out["fma_encoder"]:
+            del out["fma_encoder"]
         return out
 
     def round_robin_chunk(self) -> int:
@@ -311,6 +319,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             **super().render_fields(),
             "chunk": self.round_robin_chunk(),
             "alu_trim": self.alu_trim,
+            "fma_encoder": self.fma_encoder,
         }
 
     def supported_archs(self) -> tuple[str, ...]:
@@ -326,6 +335,12 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             raise ValueError("at least one of rowwise / columnwise must be set")
         if self.rht and not self.columnwise:
             raise ValueError("rht applies to the columnwise output only")
+        hw_e2m1 = self.arch in HW_E2M1_ARCHS
+        if self.fma_encoder and (not self.alu_trim or self.stochastic or hw_e2m1):
+            raise ValueError(
+                "fma_encoder: the RN software encoder of the alu_trim kernel only (needs alu_trim, "
+                "not stochastic, an arch without the e2m1 cvt)"
+            )
 
 
 @dataclass(frozen=True)

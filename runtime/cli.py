@@ -49,6 +49,19 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
+def fma_encoder_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
+    """The NVFP4 quantize kernels that runtime/nvfp4.py's ``FMA_ENCODER`` (an A/B switch,
+    default off) selects: every RN ``alu_trim`` kernel of ``all_specs`` with
+    ``fma_encoder`` (sm_90a only). Not precompiled; tests/test_compile.py compiles them."""
+    if arch in S.HW_E2M1_ARCHS:
+        return []
+    return [
+        dataclasses.replace(s, fma_encoder=True)
+        for s in all_specs(arch)
+        if s.family == "nvfp4_quantize" and s.alu_trim and not s.stochastic
+    ]
+
+
 def _hopper_specs() -> list[S.KernelSpec]:
     arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []

@@ -9,7 +9,7 @@ import torch
 
 from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
-from cutequant.codegen.specs import Nvfp4QuantizeSpec
+from cutequant.codegen.specs import HW_E2M1_ARCHS, Nvfp4QuantizeSpec
 
 
 def _round_up(a: int, b: int) -> int:
@@ -131,10 +131,23 @@ def alu_trim(m_rows: int, n_cols: int) -> bool:
     return ALU_TRIM and m_rows * n_cols < ALU_TRIM_MAX_ELEMS
 
 
+# False (the default): True runs the RN encoder of the alu_trim kernel with part of its work on
+# the FMA pipe (Nvfp4QuantizeSpec.fma_encoder, kernels/nvfp4_fma.py; issue 17, branch alu5: per
+# 8 values 22 ALU-pipe instructions instead of 30, 36 in all instead of 43; same bits). An A/B
+# switch (perf/probes/nvfp4_ab.py --switch FMA_ENCODER), read at every call; it applies where
+# the alu_trim kernel runs, to RN (exact and fast math) on sm_90a, not to SR.
+FMA_ENCODER = False
+
+
+def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
+    """Whether this call's kernel takes ``fma_encoder`` (the flag, on the kernels it exists for)."""
+    return FMA_ENCODER and trim and not stochastic and arch not in HW_E2M1_ARCHS
+
+
 @functools.cache
 def _spec(
     arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
-    rht_mma: str = "auto", trim: bool = False,
+    rht_mma: str = "auto", trim: bool = False, fma: bool = False,
 ) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
@@ -146,6 +159,7 @@ def _spec(
         stochastic=stochastic,
         rht_mma=rht_mma,
         alu_trim=trim,
+        fma_encoder=fma,
     )
     if chunk == -1:
         return spec
@@ -272,7 +286,7 @@ def nvfp4_group_quantize(
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
                  stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
-                 ALU_TRIM)  # fmt: skip
+                 ALU_TRIM, FMA_ENCODER)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
@@ -377,14 +391,16 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
                    trim=False):  # fmt: skip
     """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
     rht_mma = _launch.rht_mma()
+    fma = fma_encoder(trim, stochastic, arch)
     key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
-           rht_mma)  # fmt: skip
+           rht_mma, fma)  # fmt: skip
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
         spec = _spec(
-            arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim
-        )
+            arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim,
+            fma,
+        )  # fmt: skip
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit
 

@@ -85,6 +85,13 @@ def test_dequantize_hint_and_tail_variants_compile(spec, tmp_path, launch_smem):
     assert len(launch_smem) == 1 and int(launch_smem[0]) <= 16 * 1024 + 1024
 
 
+@pytest.mark.parametrize("spec", cli.fma_encoder_variants(), ids=lambda s: s.describe())
+def test_fma_encoder_variants_compile(spec, tmp_path):
+    """The NVFP4 quantize kernels with the FMA-pipe encoder (``nvfp4.FMA_ENCODER``, an A/B
+    switch: ``cli.fma_encoder_variants``, every RN alu_trim kernel) compile."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

@@ -3,6 +3,9 @@ patterns, against the fp32 encoder it replaced (``e2m1x8_fp32``, on the device) 
 ``cutequant.reference.e2m1_encode`` (torch): NaN, +-inf, +-0, subnormals, saturation at 6 and
 every tie. One test kernel encodes each run of 8 consecutive patterns with both encoders; the
 comparisons run in torch, 2^26 patterns per launch (64 launches, a few seconds on an H100).
+The FMA-pipe form (``kernels/nvfp4_fma.e2m1x8``, ``Nvfp4QuantizeSpec.fma_encoder``) runs the
+same sweep against ``device.e2m1x8`` and the reference, its constants opaque to ptxas as in
+the quantize kernel.
 
 The one documented difference from the torch reference: a NaN with the sign bit set encodes as
 0xF on the device (sign from bit 31; the reference clears it). The kernels never see one: x *
@@ -23,6 +26,7 @@ from cutlass import Int32, Int64, Uint32
 from cutequant import reference
 from cutequant.kernels import device as dev
 from cutequant.kernels import fake_quant as fq
+from cutequant.kernels import nvfp4_fma, nvfp4_trim
 
 CHUNK_LOG2 = 26
 THREADS = 256
@@ -37,6 +41,20 @@ def _encode_kernel(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32):
     v = [dev.bits_f32(first + Uint32(j)) for j in range(8)]
     dev.st_global_b32(new_ptr.toint() + Int64(w) * 4, dev.e2m1x8(v))
     dev.st_global_b32(old_ptr.toint() + Int64(w) * 4, dev.e2m1x8_fp32(v))
+
+
+@cute.kernel
+def _encode_kernel_fma(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, n: Int32):
+    """``nvfp4_fma.e2m1x8`` into ``new_ptr``, ``device.e2m1x8`` into ``old_ptr``; ``n`` = 0
+    (non-negative: ``opaque_zero`` gives 0 that ptxas cannot see, as the kernels' n_cols)."""
+    tidx, _, _ = cute.arch.thread_idx()
+    bidx, _, _ = cute.arch.block_idx()
+    w = bidx * THREADS + tidx
+    first = Uint32(base) + Uint32(w) * Uint32(8)
+    v = [dev.bits_f32(first + Uint32(j)) for j in range(8)]
+    consts = nvfp4_fma.encoder_constants(nvfp4_trim.opaque_zero(n))
+    dev.st_global_b32(new_ptr.toint() + Int64(w) * 4, nvfp4_fma.e2m1x8(v, consts))
+    dev.st_global_b32(old_ptr.toint() + Int64(w) * 4, dev.e2m1x8(v))
 
 
 @cute.kernel
@@ -81,6 +99,14 @@ def _launch(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: c
 
 
 @cute.jit
+def _launch_fma(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: cuda.CUstream):
+    words = (1 << CHUNK_LOG2) // 8
+    _encode_kernel_fma(new_ptr, old_ptr, base, Int32(0) * base).launch(
+        grid=[words // THREADS, 1, 1], block=[THREADS, 1, 1], stream=stream
+    )
+
+
+@cute.jit
 def _launch_hw(new_ptr: cute.Pointer, old_ptr: cute.Pointer, base: Int32, stream: cuda.CUstream):
     words = (1 << CHUNK_LOG2) // 8
     _encode_kernel_hw(new_ptr, old_ptr, base).launch(
@@ -100,6 +126,11 @@ def _compile(*options: str, launcher=_launch):
 def test_exhaustive_kernel_compiles(arch):
     """CPU: the test kernel (both software encoders) builds for every arch."""
     assert _compile(f"--gpu-arch {arch}") is not None
+
+
+def test_fma_encoder_kernel_compiles():
+    """CPU: the FMA-pipe encoder's test kernel builds (sm_90a: the arch it exists for)."""
+    assert _compile("--gpu-arch sm_90a", launcher=_launch_fma) is not None
 
 
 def test_value_kernel_compiles():
@@ -126,7 +157,19 @@ def _nibbles(words: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.gpu
 def test_packed_encoder_all_fp32_patterns():
-    compiled = _compile()
+    _sweep_against_reference(_compile(), "e2m1x8_fp32")
+
+
+@pytest.mark.gpu
+def test_fma_encoder_all_fp32_patterns():
+    """``nvfp4_fma.e2m1x8`` (FMA-pipe form) == ``device.e2m1x8`` and the reference, every
+    pattern."""
+    _sweep_against_reference(_compile(launcher=_launch_fma), "device.e2m1x8")
+
+
+def _sweep_against_reference(compiled, old_name: str):
+    """Run ``compiled`` (new encoder -> first buffer, old -> second) over all 2^32 patterns;
+    the new words must equal the old ones and decode to the reference's nibbles."""
     n = 1 << CHUNK_LOG2
     new = torch.empty(n // 8, dtype=torch.int32, device="cuda")
     old = torch.empty_like(new)
@@ -160,7 +203,7 @@ def test_packed_encoder_all_fp32_patterns():
             first_bad = (
                 f"pattern {int(bits[i]) & 0xFFFFFFFF:#010x}: {int(got[i]):#x} vs {int(want[i]):#x}"
             )
-    assert vs_old == 0, f"{vs_old} words differ from e2m1x8_fp32"
+    assert vs_old == 0, f"{vs_old} words differ from {old_name}"
     assert vs_ref == 0, f"{vs_ref} codes differ from reference.e2m1_encode; first {first_bad}"
 
 

@@ -1,7 +1,8 @@
 """GPU: grouped NVFP4 quantize, every byte against cutequant.reference (bit-exact). Every test
 runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
-mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those twice more
-(``alu_trim``): the default kernel and the ALU-trimmed A/B variant."""
+mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those three times
+(``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
+encoder (``fma_encoder``, an A/B variant; ``-k fma-on`` runs only those)."""
 
 import itertools
 
@@ -15,15 +16,20 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits, rc
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
 
 
-@pytest.fixture(params=[False, True], ids=["trim-off", "trim-on"])
+@pytest.fixture(
+    params=[(False, False), (True, False), (True, True)], ids=["trim-off", "trim-on", "fma-on"]
+)
 def alu_trim(request, monkeypatch):
-    """The quantize kernel as it is (the default) and with ``Nvfp4QuantizeSpec.alu_trim``
-    (runtime/nvfp4.py's ALU_TRIM, issue 17 / branch speed4): the same bits are required of
-    both. The flag is in the spec key and the replay key: no cache mixes the two."""
+    """The quantize kernel without and with ``Nvfp4QuantizeSpec.alu_trim`` (runtime/nvfp4.py's
+    ALU_TRIM, issue 17 / branch speed4; the default) and with ``fma_encoder`` on top (FMA_ENCODER,
+    branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
+    all. The flags are in the spec key and the replay key: no cache mixes them."""
     from cutequant import nvfp4
 
-    monkeypatch.setattr(nvfp4, "ALU_TRIM", request.param)
-    return request.param
+    trim, fma = request.param
+    monkeypatch.setattr(nvfp4, "ALU_TRIM", trim)
+    monkeypatch.setattr(nvfp4, "FMA_ENCODER", fma)
+    return trim
 
 
 VARIANTS = [

@@ -1,11 +1,14 @@
-"""Probe (GPU): A/B of the NVFP4 quantize kernel with and without ``alu_trim`` (issue 17,
-branch speed4: fewer ALU-pipe instructions in the hot loops, kernels/nvfp4_trim.py), in one
-process.
+"""Probe (GPU): A/B of the NVFP4 quantize kernel with and without a runtime/nvfp4.py switch, in
+one process: ``ALU_TRIM`` (the default; issue 17, branch speed4: fewer ALU-pipe instructions in
+the hot loops, kernels/nvfp4_trim.py) or ``FMA_ENCODER`` (branch alu5: the RN encoder with part
+of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel).
 
-    python perf/probes/nvfp4_ab.py [--cases "dense 8192x5120,..."] [--ops ...] [--rounds 5]
-    python perf/probes/nvfp4_ab.py --bits-only
+    python perf/probes/nvfp4_ab.py [--switch FMA_ENCODER] [--cases "dense 8192x5120,..."]
+                                   [--ops ...] [--rounds 5]
+    python perf/probes/nvfp4_ab.py --switch FMA_ENCODER --bits-only
 
-Side "off" = ``cutequant.nvfp4.ALU_TRIM`` False (the default kernels), "on" = True. For every op
+Side "off" = ``cutequant.nvfp4.<switch>`` False, "on" = True, every other switch as it is
+(FMA_ENCODER needs ALU_TRIM, the default; it leaves SR calls as they are). For every op
 and case the outputs of both sides are compared bit for bit first (row data, row scales,
 column data, column scales, both amaxes; the amax pass included, SR with the same rng state,
 every byte of the output buffers, padding included); then both are timed like perf/bench.py
@@ -15,6 +18,7 @@ of the copy rate measured in the same run, and the change in time of "on".
 """
 
 import argparse
+import contextlib
 import functools
 import os
 import sys
@@ -41,10 +45,24 @@ OPTS = {
 OPS = tuple(op for op in OPTS if op in bench.OPS)
 
 
-def outputs(op, case, trim: bool) -> list:
-    """Every output of one call (computed amax) on the case's first input, as byte tensors."""
-    nvfp4.ALU_TRIM = trim
+SWITCHES = ("ALU_TRIM", "FMA_ENCODER")
+SWITCH = "ALU_TRIM"  # set by --switch
+
+
+@contextlib.contextmanager
+def switched(on: bool):
+    """``nvfp4.<SWITCH>`` = ``on`` inside, its value before restored after."""
+    before = getattr(nvfp4, SWITCH)
+    setattr(nvfp4, SWITCH, on)
     try:
+        yield
+    finally:
+        setattr(nvfp4, SWITCH, before)
+
+
+def outputs(op, case, on: bool) -> list:
+    """Every output of one call (computed amax) on the case's first input, as byte tensors."""
+    with switched(on):
         gen = torch.Generator().manual_seed(0)
         _, splits, xs = bench.make_inputs(case, gen)
         opts = dict(OPTS[op])
@@ -57,8 +75,6 @@ def outputs(op, case, trim: bool) -> list:
             t = getattr(res, key, None)
             out.append((key, None if t is None else t.contiguous().view(-1).view(torch.uint8)))
         return out
-    finally:
-        nvfp4.ALU_TRIM = False
 
 
 def compare_bits(op, case) -> bool:
@@ -74,13 +90,10 @@ def compare_bits(op, case) -> bool:
     return ok
 
 
-def time_op(op, case, trim: bool) -> float:
-    nvfp4.ALU_TRIM = trim
-    try:
+def time_op(op, case, on: bool) -> float:
+    with switched(on):
         fn, _ = bench.OPS[op](case, torch.Generator().manual_seed(0))
         return bench.graph_time_us(fn)
-    finally:
-        nvfp4.ALU_TRIM = False
 
 
 def main(argv=None) -> int:
@@ -89,9 +102,14 @@ def main(argv=None) -> int:
     p.add_argument("--ops", default=None, help=f"default: {','.join(OPS)}")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--bits-only", action="store_true")
+    p.add_argument("--switch", default="ALU_TRIM", choices=SWITCHES)
     args = p.parse_args(argv)
+    global SWITCH
+    SWITCH = args.switch
     cases = args.cases.split(",")
     ops = (args.ops or ",".join(OPS)).split(",")
+    if args.ops is None and SWITCH == "FMA_ENCODER":  # SR keeps its own encoder: same kernel
+        ops = [op for op in ops if op != "nvfp4_quantize_sr"]
     for op in ops:
         if op not in OPTS:
             raise SystemExit(f"unknown op {op} (one of {', '.join(OPTS)})")
@@ -101,7 +119,7 @@ def main(argv=None) -> int:
     for op in list(ops) + (["nvfp4_quantize_norht"] if args.ops is None else []):
         for case in cases:
             ok &= compare_bits(op, case)
-    print("bits: ALU_TRIM off == on on every op and case" if ok else "bits: MISMATCH")
+    print(f"bits: {SWITCH} off == on on every op and case" if ok else "bits: MISMATCH")
     if not ok or args.bits_only:
         return 0 if ok else 1  # no timings of kernels that disagree
     for op in ops:
