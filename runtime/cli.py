@@ -43,22 +43,29 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
     if arch not in S.ARCHS:
         raise ValueError(f"arch must be one of {S.ARCHS}, got {arch!r}")
     return [
-        s if arch == s.arch else dataclasses.replace(s, arch=arch)
+        s if arch == s.arch else _for_arch(s, arch)
         for s in _hopper_specs()
         if arch in s.supported_archs()
     ]
 
 
+def _for_arch(spec: S.KernelSpec, arch: str) -> S.KernelSpec:
+    """``spec`` for another arch; the hardware-e2m1 archs have no software encoder to vary."""
+    if getattr(spec, "fma_encoder", False) and arch in S.HW_E2M1_ARCHS:
+        return dataclasses.replace(spec, arch=arch, fma_encoder=False)
+    return dataclasses.replace(spec, arch=arch)
+
+
 def fma_encoder_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """The NVFP4 quantize kernels that runtime/nvfp4.py's ``FMA_ENCODER`` (an A/B switch,
-    default off) selects: every RN ``alu_trim`` kernel of ``all_specs`` with
-    ``fma_encoder`` (sm_90a only). Not precompiled; tests/test_compile.py compiles them."""
+    """The A/B side of runtime/nvfp4.py's ``FMA_ENCODER`` (default on): every RN ``alu_trim``
+    kernel of ``all_specs`` without ``fma_encoder`` (sm_90a only), the encoder before it. Not
+    precompiled; tests/test_compile.py compiles them."""
     if arch in S.HW_E2M1_ARCHS:
         return []
     return [
-        dataclasses.replace(s, fma_encoder=True)
+        dataclasses.replace(s, fma_encoder=False)
         for s in all_specs(arch)
-        if s.family == "nvfp4_quantize" and s.alu_trim and not s.stochastic
+        if s.family == "nvfp4_quantize" and s.fma_encoder
     ]
 
 
@@ -100,8 +107,13 @@ def _hopper_specs() -> list[S.KernelSpec]:
                     )
                 )
     # every NVFP4 quantize kernel twice: with ``alu_trim`` (the runtime's default below 2^32
-    # elements, runtime/nvfp4.py's ALU_TRIM) and without (larger calls: 64-bit offsets)
-    out += [dataclasses.replace(s, alu_trim=True) for s in out if s.family == "nvfp4_quantize"]
+    # elements, runtime/nvfp4.py's ALU_TRIM; the RN ones with its ``fma_encoder``, FMA_ENCODER)
+    # and without (larger calls: 64-bit offsets)
+    out += [
+        dataclasses.replace(s, alu_trim=True, fma_encoder=not s.stochastic)
+        for s in out
+        if s.family == "nvfp4_quantize"
+    ]
     for delayed in (False, True):
         out += _variants(
             S.Fp8TileCastSpec,

@@ -131,12 +131,14 @@ def alu_trim(m_rows: int, n_cols: int) -> bool:
     return ALU_TRIM and m_rows * n_cols < ALU_TRIM_MAX_ELEMS
 
 
-# False (the default): True runs the RN encoder of the alu_trim kernel with part of its work on
-# the FMA pipe (Nvfp4QuantizeSpec.fma_encoder, kernels/nvfp4_fma.py; issue 17, branch alu5: per
-# 8 values 22 ALU-pipe instructions instead of 30, 36 in all instead of 43; same bits). An A/B
-# switch (perf/probes/nvfp4_ab.py --switch FMA_ENCODER), read at every call; it applies where
-# the alu_trim kernel runs, to RN (exact and fast math) on sm_90a, not to SR.
-FMA_ENCODER = False
+# True (the default): the RN encoder of the alu_trim kernel with part of its work on the FMA
+# pipe (Nvfp4QuantizeSpec.fma_encoder, kernels/nvfp4_fma.py; issue 17, branch alu5: per 8 values
+# 22 ALU-pipe instructions instead of 30, 36 in all instead of 43; same bits, all 2^32 inputs
+# checked on the GPU). H200 run 58 (perf/probes/nvfp4_ab.py --switch FMA_ENCODER --rounds 3):
+# quantize 2-10% less time (swizzled 7-10%, columnwise only 7-8%) on the dense, 8- and
+# 256-group cases, 0.3-3.3% more on the 64-group one. False for the A/B; read at every call; it
+# applies where the alu_trim kernel runs, to RN (exact and fast math) on sm_90a, not to SR.
+FMA_ENCODER = True
 
 
 def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:

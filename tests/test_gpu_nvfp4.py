@@ -2,7 +2,7 @@
 runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
 mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those three times
 (``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
-encoder (``fma_encoder``, an A/B variant; ``-k fma-on`` runs only those)."""
+encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those)."""
 
 import itertools
 
@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
 )
 def alu_trim(request, monkeypatch):
     """The quantize kernel without and with ``Nvfp4QuantizeSpec.alu_trim`` (runtime/nvfp4.py's
-    ALU_TRIM, issue 17 / branch speed4; the default) and with ``fma_encoder`` on top (FMA_ENCODER,
+    ALU_TRIM, issue 17 / branch speed4) and with ``fma_encoder`` on top (FMA_ENCODER, the default;
     branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
     all. The flags are in the spec key and the replay key: no cache mixes them."""
     from cutequant import nvfp4
