@@ -46,9 +46,12 @@ def test_variant_inventory():
     assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
 
 
+PAIRS = cli.pair_restage_variants()  # the A/B side of nvfp4.PAIR_RESTAGE
+
+
 @pytest.mark.parametrize(
     "spec",
-    ALL + S.dequant_ab_variants() + cli.fma_encoder_variants() + cli.all_specs("sm_100a"),
+    ALL + S.dequant_ab_variants() + cli.fma_encoder_variants() + cli.all_specs("sm_100a") + PAIRS,
     ids=lambda s: f"{s.arch}-{s.describe()}",
 )
 def test_rendered_module_is_plain_python(spec):
@@ -64,7 +67,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.dequant_ab_variants()  # the A/B variants a module flag selects
-    specs += cli.fma_encoder_variants()
+    specs += cli.fma_encoder_variants() + cli.pair_restage_variants()
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

@@ -92,6 +92,13 @@ def test_fma_encoder_variants_compile(spec, tmp_path):
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 
+@pytest.mark.parametrize("spec", cli.pair_restage_variants(), ids=lambda s: s.describe())
+def test_pair_restage_variants_compile(spec, tmp_path):
+    """The A/B side of ``nvfp4.PAIR_RESTAGE`` (default off: ``cli.pair_restage_variants``, fast
+    math's wgmma kernels with the restage from accumulator register pairs) compiles."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

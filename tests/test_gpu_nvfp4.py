@@ -2,7 +2,8 @@
 runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
 mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those three times
 (``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
-encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those)."""
+encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those), and once more with
+fast math's ``pair_restage`` (``-k pairs-on``)."""
 
 import itertools
 
@@ -17,18 +18,22 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
 
 
 @pytest.fixture(
-    params=[(False, False), (True, False), (True, True)], ids=["trim-off", "trim-on", "fma-on"]
+    params=[(False, False, False), (True, False, False), (True, True, False), (True, True, True)],
+    ids=["trim-off", "trim-on", "fma-on", "pairs-on"],
 )
 def alu_trim(request, monkeypatch):
     """The quantize kernel without and with ``Nvfp4QuantizeSpec.alu_trim`` (runtime/nvfp4.py's
     ALU_TRIM, issue 17 / branch speed4) and with ``fma_encoder`` on top (FMA_ENCODER, the default;
     branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
-    all. The flags are in the spec key and the replay key: no cache mixes them."""
+    all. ``pairs-on``: the defaults plus PAIR_RESTAGE (branch trim6: fast math's wgmma restage
+    from accumulator register pairs; other kernels as fma-on). The flags are in the spec key
+    and the replay key: no cache mixes them."""
     from cutequant import nvfp4
 
-    trim, fma = request.param
+    trim, fma, pairs = request.param
     monkeypatch.setattr(nvfp4, "ALU_TRIM", trim)
     monkeypatch.setattr(nvfp4, "FMA_ENCODER", fma)
+    monkeypatch.setattr(nvfp4, "PAIR_RESTAGE", pairs)
     return trim
 
 

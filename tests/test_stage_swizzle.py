@@ -4,11 +4,13 @@ the tokens the thread quantizes, and no shared-memory phase has a bank conflict 
 stores by half-warps, fp32 16-byte stores and all 16-byte loads by quarter-warps)."""
 
 import collections
+import dataclasses
 
 import pytest
 
 from cutequant import jit
 from cutequant.codegen import specs
+from cutequant.codegen.render import render
 
 
 def _max_bank_ways(accesses, size: int) -> int:
@@ -69,3 +71,82 @@ def test_restaging_layout(fast_math):
                     assert owner[addr + b] == (row, first + b // elem), (row, half, k, b)
             load_ways.append(_max_bank_ways(addrs, 16))
     assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
+
+
+def test_pair_restage_layout():
+    """``pair_restage`` (fast math, runtime/nvfp4.py's PAIR_RESTAGE): the RHT matrix's columns in
+    token order, so that accumulator column n = 2 quad + c + 8 jj (wgmma m64n16: registers 2 h +
+    c + 4 jj of rows acc_row + 8 h) holds token n; each (h, block) leaves in two 8-byte stores of
+    register pairs (tokens 2 quad + c at ``stage_store_offset``, 8 + 2 quad + c 32 bytes on).
+    Every byte written once, the loads (unchanged) read back each thread's 32 tokens in order,
+    no bank conflict in any store (half-warp phases) or load (quarter-warp phases)."""
+    spec = specs.Nvfp4QuantizeSpec(fast_math=True, alu_trim=True, fma_encoder=True)
+    spec = dataclasses.replace(spec, pair_restage=True)
+    m = jit.load_module(spec)
+    assert "        j = n  #" in render(spec)  # the B matrix in token order (consume_cols)
+    elem, row_bytes = m.STAGE_ELEM_BYTES, m.STAGE_ROW_BYTES
+    assert elem == 4
+    owner = {}
+    store_ways = []
+    for warp in range(4):
+        lanes = [(lane % 4, 16 * warp + lane // 4) for lane in range(32)]
+        for h in range(2):
+            for kb in range(4):
+                for jj in range(2):  # one STS.64 per register pair
+                    addrs = []
+                    for quad, acc_row in lanes:
+                        base = m.stage_store_offset(acc_row, quad) + 8 * h * row_bytes
+                        addr = base + m.STORE_OFFSETS[kb] + 32 * jj
+                        addrs.append(addr)
+                        for c in range(2):
+                            token = 16 * kb + 2 * quad + c + 8 * jj  # column n = token n
+                            for b in range(elem):
+                                key = addr + c * elem + b
+                                assert key not in owner, "two stores share a byte"
+                                owner[key] = (acc_row + 8 * h, token)
+                    store_ways.append(_max_bank_ways(addrs, 8))
+    assert len(owner) == 64 * 64 * elem
+    assert min(owner) >= 0 and max(owner) < m.STAGE_BUF_BYTES, "stores leave the buffer"
+    assert max(store_ways) == 1, f"store bank conflicts: {max(store_ways)}-way"
+    for warp in range(4):
+        for lane in range(32):
+            wtid = 32 * warp + lane
+            row, half = wtid // 2, wtid % 2
+            off = m.stage_load_offset(row, half)
+            for k in range(8):
+                for b in range(16):
+                    assert owner[off + 16 * k + b] == (row, 32 * half + 4 * k + b // elem)
+
+
+def test_pair_restage_switch_and_spec():
+    """``nvfp4.PAIR_RESTAGE`` (default off) reaches only fast math's wgmma RHT kernels (RN, both
+    directions or columnwise only); the field stays out of the key when off and the spec refuses
+    it where that restage does not exist."""
+    from cutequant import nvfp4
+
+    assert nvfp4.PAIR_RESTAGE is False
+    fast = dict(arch="sm_90a", rowwise=True, columnwise=True, rht=True, swizzled=False,
+                fast_math=True, stochastic=False)  # fmt: skip
+    assert nvfp4._spec(**fast, pairs=True).pair_restage
+    assert nvfp4._spec(**{**fast, "rowwise": False}, pairs=True).pair_restage
+    assert not nvfp4._spec(**fast).pair_restage
+    for other in (
+        dict(fast_math=False),
+        dict(stochastic=True),
+        dict(rht=False),
+        dict(arch="sm_100a"),  # mma.sync there
+    ):
+        assert not nvfp4._spec(**{**fast, **other}, pairs=True).pair_restage, other
+    assert not nvfp4._spec(**fast, rht_mma="mma_sync", pairs=True).pair_restage
+    on = specs.Nvfp4QuantizeSpec(fast_math=True, pair_restage=True)
+    assert '"pair_restage": true' in on.key()
+    assert "pair_restage" not in specs.Nvfp4QuantizeSpec(fast_math=True).key()
+    for bad in (
+        dict(),
+        dict(fast_math=True, stochastic=True),
+        dict(fast_math=True, rht=False),
+        dict(fast_math=True, rht_mma="mma_sync"),
+        dict(fast_math=True, arch="sm_100a"),
+    ):
+        with pytest.raises(ValueError, match="pair_restage"):
+            specs.Nvfp4QuantizeSpec(pair_restage=True, **bad)

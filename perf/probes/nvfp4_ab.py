@@ -1,7 +1,10 @@
 """Probe (GPU): A/B of the NVFP4 quantize kernel with and without a runtime/nvfp4.py switch, in
 one process: ``ALU_TRIM`` (the default; issue 17, branch speed4: fewer ALU-pipe instructions in
 the hot loops, kernels/nvfp4_trim.py) or ``FMA_ENCODER`` (branch alu5: the RN encoder with part
-of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel).
+of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel) or
+``PAIR_RESTAGE`` (branch trim6, default off: fast math's restage from accumulator register
+pairs; by default it times fast math and, as a control that runs the same kernel on both sides,
+the exact quantize).
 
     python perf/probes/nvfp4_ab.py [--switch FMA_ENCODER] [--cases "dense 8192x5120,..."]
                                    [--ops ...] [--rounds 5]
@@ -45,7 +48,7 @@ OPTS = {
 OPS = tuple(op for op in OPTS if op in bench.OPS)
 
 
-SWITCHES = ("ALU_TRIM", "FMA_ENCODER")
+SWITCHES = ("ALU_TRIM", "FMA_ENCODER", "PAIR_RESTAGE")
 SWITCH = "ALU_TRIM"  # set by --switch
 
 
@@ -110,6 +113,8 @@ def main(argv=None) -> int:
     ops = (args.ops or ",".join(OPS)).split(",")
     if args.ops is None and SWITCH == "FMA_ENCODER":  # SR keeps its own encoder: same kernel
         ops = [op for op in ops if op != "nvfp4_quantize_sr"]
+    if args.ops is None and SWITCH == "PAIR_RESTAGE":  # only fast math's kernels change; the
+        ops = ["nvfp4_quantize_fastmath", "nvfp4_quantize"]  # exact one: the same kernel, a control
     for op in ops:
         if op not in OPTS:
             raise SystemExit(f"unknown op {op} (one of {', '.join(OPTS)})")
