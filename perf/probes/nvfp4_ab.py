@@ -44,6 +44,7 @@ OPTS = {
     "nvfp4_columnwise_only": dict(rowwise=False),
     # not bench.py ops, bits only: the columnwise path without the RHT (the column gather)
     "nvfp4_quantize_norht": dict(rht=False),
+    "nvfp4_columnwise_only_fastmath": dict(rowwise=False, fast_math=True),  # PAIR_RESTAGE's
 }
 OPS = tuple(op for op in OPTS if op in bench.OPS)
 
@@ -113,8 +114,9 @@ def main(argv=None) -> int:
     ops = (args.ops or ",".join(OPS)).split(",")
     if args.ops is None and SWITCH == "FMA_ENCODER":  # SR keeps its own encoder: same kernel
         ops = [op for op in ops if op != "nvfp4_quantize_sr"]
-    if args.ops is None and SWITCH == "PAIR_RESTAGE":  # only fast math's kernels change; the
-        ops = ["nvfp4_quantize_fastmath", "nvfp4_quantize"]  # exact one: the same kernel, a control
+    if args.ops is None and SWITCH == "PAIR_RESTAGE":  # only fast math's kernels change (the
+        # exact quantize runs the same kernel on both sides: a control; columnwise only: bits)
+        ops = ["nvfp4_quantize_fastmath", "nvfp4_quantize", "nvfp4_columnwise_only_fastmath"]
     for op in ops:
         if op not in OPTS:
             raise SystemExit(f"unknown op {op} (one of {', '.join(OPTS)})")
