@@ -296,12 +296,13 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # (not SR, not the hardware cvt). False: left out of the key and the source.
     fma_encoder: bool = False
     # True (issue 17, twelfth session, branch trim6; an A/B variant, runtime/nvfp4.py's
-    # PAIR_RESTAGE): fast math's fp32 restage stores the wgmma accumulators as they sit, in
-    # register pairs (the RHT matrix's columns in token order, 8-byte stores), instead of
-    # gathering four tokens into a 16-byte store (32 register moves a tile: perf/NOTES.md,
-    # "Fast math"). Same bytes in shared memory, same bits out. Fast math with the RHT by
-    # wgmma only (not SR). False: left out of the key and the source.
-    pair_restage: bool = False
+    # STSM_RESTAGE): fast math's fp32 restage stores the wgmma accumulators as they sit with
+    # stmatrix (the RHT matrix's columns permuted so that an 8x8 b16 matrix row is four
+    # consecutive fp32 tokens; 8 STSM.x4 a tile) instead of gathering four tokens into each
+    # 16-byte store (8 STS.128 fed by 32 register moves: perf/NOTES.md, "Fast math's restage").
+    # Same bits out. Fast math with the RHT by wgmma only (not SR). False: left out of the key
+    # and the source.
+    stsm_restage: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
@@ -312,8 +313,8 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             del out["alu_trim"]
         if not out["fma_encoder"]:
             del out["fma_encoder"]
-        if not out["pair_restage"]:
-            del out["pair_restage"]
+        if not out["stsm_restage"]:
+            del out["stsm_restage"]
         return out
 
     def round_robin_chunk(self) -> int:
@@ -329,7 +330,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             "chunk": self.round_robin_chunk(),
             "alu_trim": self.alu_trim,
             "fma_encoder": self.fma_encoder,
-            "pair_restage": self.pair_restage,
+            "stsm_restage": self.stsm_restage,
         }
 
     def supported_archs(self) -> tuple[str, ...]:
@@ -351,14 +352,14 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
                 "fma_encoder: the RN software encoder of the alu_trim kernel only (needs alu_trim, "
                 "not stochastic, an arch without the e2m1 cvt)"
             )
-        if self.pair_restage and not self.pair_restage_applies():
+        if self.stsm_restage and not self.stsm_restage_applies():
             raise ValueError(
-                "pair_restage: fast math's columnwise RHT by wgmma only (fast_math, columnwise, "
+                "stsm_restage: fast math's columnwise RHT by wgmma only (fast_math, columnwise, "
                 "rht, rht_mma wgmma, not stochastic)"
             )
 
-    def pair_restage_applies(self) -> bool:
-        """Whether this kernel has the restage that ``pair_restage`` changes: fast math's fp32
+    def stsm_restage_applies(self) -> bool:
+        """Whether this kernel has the restage that ``stsm_restage`` changes: fast math's fp32
         restage of the wgmma RHT (RN; the SR kernels are left as they are)."""
         return (
             self.fast_math

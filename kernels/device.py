@@ -183,6 +183,18 @@ def store_shared_v4(addr: Int32, words, *, loc=None, ip=None):
     _side_effect("st.shared.v4.b32 [$0], {$1, $2, $3, $4};", Int32, addr, words, loc, ip)
 
 
+@dsl_user_op
+def stmatrix_x4(addr: Int32, words, *, loc=None, ip=None):
+    """``stmatrix.sync.aligned.m8n8.x4.shared.b16`` (one STSM.x4): the warp stores four 8x8
+    matrices of 16-bit values. Register i of lane 4r + k holds elements (r, 2k) and (r, 2k + 1)
+    of matrix i (the mma accumulator layout); lane 8i + j gives the 16-byte-aligned shared
+    address of row j of matrix i (its 16 bytes). Warp-collective: every lane executes it."""
+    _side_effect(
+        "stmatrix.sync.aligned.m8n8.x4.shared.b16 [$0], {$1, $2, $3, $4};", Int32, addr, words,
+        loc, ip,
+    )  # fmt: skip
+
+
 def release_after_loads(pipe, state):
     """Release a TMA pipeline stage that this thread read with ordinary shared loads.
 

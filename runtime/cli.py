@@ -69,14 +69,14 @@ def fma_encoder_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
-def pair_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """The A/B side of runtime/nvfp4.py's ``PAIR_RESTAGE`` (default off): every kernel of
-    ``all_specs`` that has fast math's wgmma restage, with ``pair_restage``. Not precompiled;
+def stsm_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
+    """The A/B side of runtime/nvfp4.py's ``STSM_RESTAGE`` (default off): every kernel of
+    ``all_specs`` that has fast math's wgmma restage, with ``stsm_restage``. Not precompiled;
     tests/test_compile.py compiles them."""
     return [
-        dataclasses.replace(s, pair_restage=True)
+        dataclasses.replace(s, stsm_restage=True)
         for s in all_specs(arch)
-        if s.family == "nvfp4_quantize" and s.pair_restage_applies()
+        if s.family == "nvfp4_quantize" and s.stsm_restage_applies()
     ]
 
 

@@ -147,16 +147,17 @@ def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
 
 
 # False (the default; an A/B variant, issue 17 twelfth session, branch trim6): True gives fast
-# math's wgmma kernels ``Nvfp4QuantizeSpec.pair_restage`` (the fp32 restage stored from the
-# accumulator register pairs: 32 register moves a tile fewer, same bits; perf/NOTES.md, "Fast
-# math"). Read at every call; kernels without that restage (exact, SR, mma.sync) are unchanged.
-PAIR_RESTAGE = False
+# math's wgmma kernels ``Nvfp4QuantizeSpec.stsm_restage`` (the fp32 restage stored from the
+# accumulators as they sit, by stmatrix: 8 STSM.x4 a tile instead of 8 STS.128 and 32 register
+# moves; same bits; perf/NOTES.md, "Fast math's restage"). Read at every call; kernels without
+# that restage (exact, SR, mma.sync) are unchanged.
+STSM_RESTAGE = False
 
 
 @functools.cache
 def _spec(
     arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
-    rht_mma: str = "auto", trim: bool = False, fma: bool = False, pairs: bool = False,
+    rht_mma: str = "auto", trim: bool = False, fma: bool = False, stsm: bool = False,
 ) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
@@ -170,8 +171,8 @@ def _spec(
         alu_trim=trim,
         fma_encoder=fma,
     )
-    if pairs and spec.pair_restage_applies():
-        spec = dataclasses.replace(spec, pair_restage=True)
+    if stsm and spec.stsm_restage_applies():
+        spec = dataclasses.replace(spec, stsm_restage=True)
     if chunk == -1:
         return spec
     return dataclasses.replace(spec, plan=dataclasses.replace(spec.plan, chunk=chunk))
@@ -297,7 +298,7 @@ def nvfp4_group_quantize(
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
                  stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
-                 ALU_TRIM, FMA_ENCODER, PAIR_RESTAGE)  # fmt: skip
+                 ALU_TRIM, FMA_ENCODER, STSM_RESTAGE)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
@@ -403,15 +404,15 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
     """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
     rht_mma = _launch.rht_mma()
     fma = fma_encoder(trim, stochastic, arch)
-    pairs = PAIR_RESTAGE
+    stsm = STSM_RESTAGE
     key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
-           rht_mma, fma, pairs)  # fmt: skip
+           rht_mma, fma, stsm)  # fmt: skip
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
         spec = _spec(
             arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim,
-            fma, pairs,
+            fma, stsm,
         )  # fmt: skip
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit

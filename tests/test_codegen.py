@@ -46,7 +46,7 @@ def test_variant_inventory():
     assert sum(s.family == "fake_quant_cols" for s in ALL) == 4
 
 
-PAIRS = cli.pair_restage_variants()  # the A/B side of nvfp4.PAIR_RESTAGE
+PAIRS = cli.stsm_restage_variants()  # the A/B side of nvfp4.STSM_RESTAGE
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
         pytest.skip("ruff not installed")
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.dequant_ab_variants()  # the A/B variants a module flag selects
-    specs += cli.fma_encoder_variants() + cli.pair_restage_variants()
+    specs += cli.fma_encoder_variants() + cli.stsm_restage_variants()
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

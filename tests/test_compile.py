@@ -92,9 +92,9 @@ def test_fma_encoder_variants_compile(spec, tmp_path):
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 
-@pytest.mark.parametrize("spec", cli.pair_restage_variants(), ids=lambda s: s.describe())
-def test_pair_restage_variants_compile(spec, tmp_path):
-    """The A/B side of ``nvfp4.PAIR_RESTAGE`` (default off: ``cli.pair_restage_variants``, fast
+@pytest.mark.parametrize("spec", cli.stsm_restage_variants(), ids=lambda s: s.describe())
+def test_stsm_restage_variants_compile(spec, tmp_path):
+    """The A/B side of ``nvfp4.STSM_RESTAGE`` (default off: ``cli.stsm_restage_variants``, fast
     math's wgmma kernels with the restage from accumulator register pairs) compiles."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
 

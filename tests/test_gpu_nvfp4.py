@@ -3,7 +3,7 @@ runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_
 mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those three times
 (``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
 encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those), and once more with
-fast math's ``pair_restage`` (``-k pairs-on``)."""
+fast math's ``stsm_restage`` (``-k stsm-on``)."""
 
 import itertools
 
@@ -19,21 +19,21 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
 
 @pytest.fixture(
     params=[(False, False, False), (True, False, False), (True, True, False), (True, True, True)],
-    ids=["trim-off", "trim-on", "fma-on", "pairs-on"],
+    ids=["trim-off", "trim-on", "fma-on", "stsm-on"],
 )
 def alu_trim(request, monkeypatch):
     """The quantize kernel without and with ``Nvfp4QuantizeSpec.alu_trim`` (runtime/nvfp4.py's
     ALU_TRIM, issue 17 / branch speed4) and with ``fma_encoder`` on top (FMA_ENCODER, the default;
     branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
-    all. ``pairs-on``: the defaults plus PAIR_RESTAGE (branch trim6: fast math's wgmma restage
-    from accumulator register pairs; other kernels as fma-on). The flags are in the spec key
+    all. ``stsm-on``: the defaults plus STSM_RESTAGE (branch trim6: fast math's wgmma restage
+    by stmatrix; other kernels as fma-on). The flags are in the spec key
     and the replay key: no cache mixes them."""
     from cutequant import nvfp4
 
-    trim, fma, pairs = request.param
+    trim, fma, stsm = request.param
     monkeypatch.setattr(nvfp4, "ALU_TRIM", trim)
     monkeypatch.setattr(nvfp4, "FMA_ENCODER", fma)
-    monkeypatch.setattr(nvfp4, "PAIR_RESTAGE", pairs)
+    monkeypatch.setattr(nvfp4, "STSM_RESTAGE", stsm)
     return trim
 
 

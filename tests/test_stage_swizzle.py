@@ -73,74 +73,89 @@ def test_restaging_layout(fast_math):
     assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
 
 
-def test_pair_restage_layout():
-    """``pair_restage`` (fast math, runtime/nvfp4.py's PAIR_RESTAGE): the RHT matrix's columns in
-    token order, so that accumulator column n = 2 quad + c + 8 jj (wgmma m64n16: registers 2 h +
-    c + 4 jj of rows acc_row + 8 h) holds token n; each (h, block) leaves in two 8-byte stores of
-    register pairs (tokens 2 quad + c at ``stage_store_offset``, 8 + 2 quad + c 32 bytes on).
-    Every byte written once, the loads (unchanged) read back each thread's 32 tokens in order,
-    no bank conflict in any store (half-warp phases) or load (quarter-warp phases)."""
+def test_stsm_restage_layout():
+    """``stsm_restage`` (fast math, runtime/nvfp4.py's STSM_RESTAGE): the RHT matrix's column n
+    holds token 8 (n // 8) + 4 (n % 2) + (n % 8) // 2, so that accumulator register 4 jj + i
+    (wgmma m64n16: i = 2 h + c; row acc_row + 8 h, column 2 quad + c + 8 jj) of the four quad
+    lanes is one 16-byte row of 8x8 b16 matrix i: tokens 8 jj + 4 c .. + 3 of hidden row
+    acc_row + 8 h. One ``stmatrix_x4`` per (block, jj), lane 8 i + j addressing row j of matrix
+    i (``stage_stsm_offset``). Every byte written once, the loads (unchanged) read back each
+    thread's 32 tokens in order, no bank conflict in any store (one phase per matrix) or load."""
     spec = specs.Nvfp4QuantizeSpec(fast_math=True, alu_trim=True, fma_encoder=True)
-    spec = dataclasses.replace(spec, pair_restage=True)
+    spec = dataclasses.replace(spec, stsm_restage=True)
     m = jit.load_module(spec)
-    assert "        j = n  #" in render(spec)  # the B matrix in token order (consume_cols)
-    elem, row_bytes = m.STAGE_ELEM_BYTES, m.STAGE_ROW_BYTES
+    formula = "j = (n // 8) * 8 + (n % 2) * 4 + (n % 8) // 2"
+    assert f"        {formula}  #" in render(spec)  # the B matrix's columns (consume_cols)
+
+    def token(n):
+        return (n // 8) * 8 + (n % 2) * 4 + (n % 8) // 2
+
+    elem = m.STAGE_ELEM_BYTES
     assert elem == 4
     owner = {}
     store_ways = []
     for warp in range(4):
-        lanes = [(lane % 4, 16 * warp + lane // 4) for lane in range(32)]
-        for h in range(2):
-            for kb in range(4):
-                for jj in range(2):  # one STS.64 per register pair
-                    addrs = []
-                    for quad, acc_row in lanes:
-                        base = m.stage_store_offset(acc_row, quad) + 8 * h * row_bytes
-                        addr = base + m.STORE_OFFSETS[kb] + 32 * jj
-                        addrs.append(addr)
-                        for c in range(2):
-                            token = 16 * kb + 2 * quad + c + 8 * jj  # column n = token n
-                            for b in range(elem):
-                                key = addr + c * elem + b
+        for kb in range(4):
+            for jj in range(2):  # one STSM.x4: registers 4 jj .. 4 jj + 3 of block kb
+                addrs = [
+                    m.stage_stsm_offset(warp, lane) + m.STORE_OFFSETS[kb] + 32 * jj
+                    for lane in range(32)
+                ]
+                store_ways.append(_max_bank_ways(addrs, 16))
+                for i in range(4):  # matrix i = register i = accumulator 4 jj + i
+                    h, c = i // 2, i % 2
+                    for r in range(8):  # matrix row r: lanes 4 r + k, their register i
+                        for k in range(4):
+                            acc_row = 16 * warp + (4 * r + k) // 4
+                            n = 2 * ((4 * r + k) % 4) + c + 8 * jj
+                            value = (acc_row + 8 * h, 16 * kb + token(n))
+                            for b in range(4):
+                                key = addrs[8 * i + r] + 4 * k + b
                                 assert key not in owner, "two stores share a byte"
-                                owner[key] = (acc_row + 8 * h, token)
-                    store_ways.append(_max_bank_ways(addrs, 8))
+                                owner[key] = value
     assert len(owner) == 64 * 64 * elem
     assert min(owner) >= 0 and max(owner) < m.STAGE_BUF_BYTES, "stores leave the buffer"
     assert max(store_ways) == 1, f"store bank conflicts: {max(store_ways)}-way"
+    load_ways = []
     for warp in range(4):
+        offs = []
         for lane in range(32):
             wtid = 32 * warp + lane
             row, half = wtid // 2, wtid % 2
-            off = m.stage_load_offset(row, half)
-            for k in range(8):
+            offs.append((row, half, m.stage_load_offset(row, half)))
+        for k in range(8):
+            addrs = []
+            for row, half, off in offs:
+                addrs.append(off + 16 * k)
                 for b in range(16):
                     assert owner[off + 16 * k + b] == (row, 32 * half + 4 * k + b // elem)
+            load_ways.append(_max_bank_ways(addrs, 16))
+    assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
 
 
-def test_pair_restage_switch_and_spec():
-    """``nvfp4.PAIR_RESTAGE`` (default off) reaches only fast math's wgmma RHT kernels (RN, both
+def test_stsm_restage_switch_and_spec():
+    """``nvfp4.STSM_RESTAGE`` (default off) reaches only fast math's wgmma RHT kernels (RN, both
     directions or columnwise only); the field stays out of the key when off and the spec refuses
     it where that restage does not exist."""
     from cutequant import nvfp4
 
-    assert nvfp4.PAIR_RESTAGE is False
+    assert nvfp4.STSM_RESTAGE is False
     fast = dict(arch="sm_90a", rowwise=True, columnwise=True, rht=True, swizzled=False,
                 fast_math=True, stochastic=False)  # fmt: skip
-    assert nvfp4._spec(**fast, pairs=True).pair_restage
-    assert nvfp4._spec(**{**fast, "rowwise": False}, pairs=True).pair_restage
-    assert not nvfp4._spec(**fast).pair_restage
+    assert nvfp4._spec(**fast, stsm=True).stsm_restage
+    assert nvfp4._spec(**{**fast, "rowwise": False}, stsm=True).stsm_restage
+    assert not nvfp4._spec(**fast).stsm_restage
     for other in (
         dict(fast_math=False),
         dict(stochastic=True),
         dict(rht=False),
         dict(arch="sm_100a"),  # mma.sync there
     ):
-        assert not nvfp4._spec(**{**fast, **other}, pairs=True).pair_restage, other
-    assert not nvfp4._spec(**fast, rht_mma="mma_sync", pairs=True).pair_restage
-    on = specs.Nvfp4QuantizeSpec(fast_math=True, pair_restage=True)
-    assert '"pair_restage": true' in on.key()
-    assert "pair_restage" not in specs.Nvfp4QuantizeSpec(fast_math=True).key()
+        assert not nvfp4._spec(**{**fast, **other}, stsm=True).stsm_restage, other
+    assert not nvfp4._spec(**fast, rht_mma="mma_sync", stsm=True).stsm_restage
+    on = specs.Nvfp4QuantizeSpec(fast_math=True, stsm_restage=True)
+    assert '"stsm_restage": true' in on.key()
+    assert "stsm_restage" not in specs.Nvfp4QuantizeSpec(fast_math=True).key()
     for bad in (
         dict(),
         dict(fast_math=True, stochastic=True),
@@ -148,5 +163,5 @@ def test_pair_restage_switch_and_spec():
         dict(fast_math=True, rht_mma="mma_sync"),
         dict(fast_math=True, arch="sm_100a"),
     ):
-        with pytest.raises(ValueError, match="pair_restage"):
-            specs.Nvfp4QuantizeSpec(pair_restage=True, **bad)
+        with pytest.raises(ValueError, match="stsm_restage"):
+            specs.Nvfp4QuantizeSpec(stsm_restage=True, **bad)

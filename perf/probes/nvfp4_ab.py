@@ -2,9 +2,9 @@
 one process: ``ALU_TRIM`` (the default; issue 17, branch speed4: fewer ALU-pipe instructions in
 the hot loops, kernels/nvfp4_trim.py) or ``FMA_ENCODER`` (branch alu5: the RN encoder with part
 of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel) or
-``PAIR_RESTAGE`` (branch trim6, default off: fast math's restage from accumulator register
-pairs; by default it times fast math and, as a control that runs the same kernel on both sides,
-the exact quantize).
+``STSM_RESTAGE`` (branch trim6, default off: fast math's restage by stmatrix, straight from the
+accumulators; by default it times fast math and, as a control that runs the same kernel on both
+sides, the exact quantize).
 
     python perf/probes/nvfp4_ab.py [--switch FMA_ENCODER] [--cases "dense 8192x5120,..."]
                                    [--ops ...] [--rounds 5]
@@ -44,12 +44,12 @@ OPTS = {
     "nvfp4_columnwise_only": dict(rowwise=False),
     # not bench.py ops, bits only: the columnwise path without the RHT (the column gather)
     "nvfp4_quantize_norht": dict(rht=False),
-    "nvfp4_columnwise_only_fastmath": dict(rowwise=False, fast_math=True),  # PAIR_RESTAGE's
+    "nvfp4_columnwise_only_fastmath": dict(rowwise=False, fast_math=True),  # STSM_RESTAGE's
 }
 OPS = tuple(op for op in OPTS if op in bench.OPS)
 
 
-SWITCHES = ("ALU_TRIM", "FMA_ENCODER", "PAIR_RESTAGE")
+SWITCHES = ("ALU_TRIM", "FMA_ENCODER", "STSM_RESTAGE")
 SWITCH = "ALU_TRIM"  # set by --switch
 
 
@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     ops = (args.ops or ",".join(OPS)).split(",")
     if args.ops is None and SWITCH == "FMA_ENCODER":  # SR keeps its own encoder: same kernel
         ops = [op for op in ops if op != "nvfp4_quantize_sr"]
-    if args.ops is None and SWITCH == "PAIR_RESTAGE":  # only fast math's kernels change (the
+    if args.ops is None and SWITCH == "STSM_RESTAGE":  # only fast math's kernels change (the
         # exact quantize runs the same kernel on both sides: a control; columnwise only: bits)
         ops = ["nvfp4_quantize_fastmath", "nvfp4_quantize", "nvfp4_columnwise_only_fastmath"]
     for op in ops:
