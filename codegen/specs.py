@@ -299,7 +299,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # STSM_RESTAGE): fast math's fp32 restage stores the wgmma accumulators as they sit with
     # stmatrix (the RHT matrix's columns permuted so that an 8x8 b16 matrix row is four
     # consecutive fp32 tokens; 8 STSM.x4 a tile) instead of gathering four tokens into each
-    # 16-byte store (8 STS.128 fed by 32 register moves: perf/NOTES.md, "Fast math's restage").
+    # 16-byte store (8 STS.128 fed by 32 register moves: perf/NOTES.md, "Hot-loop census").
     # Same bits out. Fast math with the RHT by wgmma only (not SR). False: left out of the key
     # and the source.
     stsm_restage: bool = False

@@ -149,7 +149,7 @@ def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
 # False (the default; an A/B variant, issue 17 twelfth session, branch trim6): True gives fast
 # math's wgmma kernels ``Nvfp4QuantizeSpec.stsm_restage`` (the fp32 restage stored from the
 # accumulators as they sit, by stmatrix: 8 STSM.x4 a tile instead of 8 STS.128 and 32 register
-# moves; same bits; perf/NOTES.md, "Fast math's restage"). Read at every call; kernels without
+# moves; same bits; perf/NOTES.md, "Hot-loop census"). Read at every call; kernels without
 # that restage (exact, SR, mma.sync) are unchanged.
 STSM_RESTAGE = False
 
