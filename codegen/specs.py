@@ -295,6 +295,12 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # by IMAD). Same bits. Needs alu_trim (its opaque operands); sm_90a's software encoder only
     # (not SR, not the hardware cvt). False: left out of the key and the source.
     fma_encoder: bool = False
+    # True (issue 17, twelfth session, branch sr5; an A/B variant, runtime/nvfp4.py's SR_TRIM):
+    # the SR encoder with fewer ALU-pipe instructions (kernels/nvfp4_sr.py: no clamp of |v|, the
+    # random byte as a subnormal FFMA operand, the grid floor clamped and packed on pair words,
+    # nibbles and signs gathered by IMAD). Same bits, same random stream. Needs alu_trim (its
+    # opaque operands) and stochastic. False: left out of the key and the source.
+    sr_trim: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
@@ -305,6 +311,8 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             del out["alu_trim"]
         if not out["fma_encoder"]:
             del out["fma_encoder"]
+        if not out["sr_trim"]:
+            del out["sr_trim"]
         return out
 
     def round_robin_chunk(self) -> int:
@@ -320,6 +328,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             "chunk": self.round_robin_chunk(),
             "alu_trim": self.alu_trim,
             "fma_encoder": self.fma_encoder,
+            "sr_trim": self.sr_trim,
         }
 
     def supported_archs(self) -> tuple[str, ...]:
@@ -340,6 +349,10 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             raise ValueError(
                 "fma_encoder: the RN software encoder of the alu_trim kernel only (needs alu_trim, "
                 "not stochastic, an arch without the e2m1 cvt)"
+            )
+        if self.sr_trim and not (self.alu_trim and self.stochastic):
+            raise ValueError(
+                "sr_trim: the SR encoder of the alu_trim kernel only (needs alu_trim, stochastic)"
             )
 
 

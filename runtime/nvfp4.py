@@ -146,10 +146,21 @@ def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
     return FMA_ENCODER and trim and not stochastic and arch not in HW_E2M1_ARCHS
 
 
+# False (the default; issue 17, twelfth session, branch sr5; not measured on a GPU yet): the SR
+# encoder of the alu_trim kernel with fewer ALU-pipe instructions (Nvfp4QuantizeSpec.sr_trim,
+# kernels/nvfp4_sr.py; same bits, same random stream; perf/NOTES.md, "SR trim").
+SR_TRIM = False
+
+
+def sr_trim(trim: bool, stochastic: bool) -> bool:
+    """Whether this call's kernel takes ``sr_trim`` (the flag, on the kernels it exists for)."""
+    return SR_TRIM and trim and stochastic
+
+
 @functools.cache
 def _spec(
     arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
-    rht_mma: str = "auto", trim: bool = False, fma: bool = False,
+    rht_mma: str = "auto", trim: bool = False, fma: bool = False, srt: bool = False,
 ) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
@@ -162,6 +173,7 @@ def _spec(
         rht_mma=rht_mma,
         alu_trim=trim,
         fma_encoder=fma,
+        sr_trim=srt,
     )
     if chunk == -1:
         return spec
@@ -288,7 +300,7 @@ def nvfp4_group_quantize(
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
                  stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
-                 ALU_TRIM, FMA_ENCODER)  # fmt: skip
+                 ALU_TRIM, FMA_ENCODER, SR_TRIM)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
@@ -394,14 +406,15 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
     """(spec, grid size) of the quantize kernel for this variant on this GPU (cached)."""
     rht_mma = _launch.rht_mma()
     fma = fma_encoder(trim, stochastic, arch)
+    srt = sr_trim(trim, stochastic)
     key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
-           rht_mma, fma)  # fmt: skip
+           rht_mma, fma, srt)  # fmt: skip
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
         spec = _spec(
             arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim,
-            fma,
+            fma, srt,
         )  # fmt: skip
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit
