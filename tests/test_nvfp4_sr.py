@@ -3,7 +3,7 @@ instruction sequence in numpy (integer ops on bit patterns, IEEE fp32 adds, the 
 emulated exactly) against ``reference.e2m1_encode_sr`` (TE's rule written literally) and against
 an emulation of the sequence it replaces (``stochastic.e2m1x8_sr``), for every random byte on
 the specials, every e2m1 grid / binade edge +-3 ulps, the exponents where p' wraps, and random
-fp32 patterns. ``CUTEQUANT_SR_FULL=1``: also 2^22 random patterns x every byte (~1 min)."""
+fp32 patterns. ``CUTEQUANT_SR_FULL=1``: also 2^19 random patterns x both signs x every byte."""
 
 import os
 
@@ -219,5 +219,5 @@ def test_switch(monkeypatch):
 @pytest.mark.skipif(not os.environ.get("CUTEQUANT_SR_FULL"), reason="CUTEQUANT_SR_FULL=1")
 def test_full_random():
     rng = np.random.default_rng(5)
-    for _ in range(64):
+    for _ in range(8):
         _check(f32(rng.integers(0, 0x80000000, 1 << 16, dtype=np.uint64).astype(U32)))
