@@ -295,7 +295,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # by IMAD). Same bits. Needs alu_trim (its opaque operands); sm_90a's software encoder only
     # (not SR, not the hardware cvt). False: left out of the key and the source.
     fma_encoder: bool = False
-    # True (issue 17, twelfth session, branch trim6; an A/B variant, runtime/nvfp4.py's
+    # True (issue 17, eleventh session, branch trim6; an A/B variant, runtime/nvfp4.py's
     # STSM_RESTAGE): fast math's fp32 restage stores the wgmma accumulators as they sit with
     # stmatrix (the RHT matrix's columns permuted so that an 8x8 b16 matrix row is four
     # consecutive fp32 tokens; 8 STSM.x4 a tile) instead of gathering four tokens into each
@@ -303,6 +303,12 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # Same bits out. Fast math with the RHT by wgmma only (not SR). False: left out of the key
     # and the source.
     stsm_restage: bool = False
+    # True (issue 17, eleventh session, branch sr5; an A/B variant, runtime/nvfp4.py's SR_TRIM):
+    # the SR encoder with fewer ALU-pipe instructions (kernels/nvfp4_sr.py: no clamp of |v|, the
+    # random byte as a subnormal FFMA operand, the grid floor clamped and packed on pair words,
+    # nibbles and signs gathered by IMAD). Same bits, same random stream. Needs alu_trim (its
+    # opaque operands) and stochastic. False: left out of the key and the source.
+    sr_trim: bool = False
     # the chunk the runtime asks for on GPUs with little DRAM bandwidth per SM clock (8 beat 16
     # on the H100: 16 uneven groups of 7168 columns 375 vs 416 us; runtime/nvfp4.py)
     MEMORY_BOUND_CHUNK: ClassVar[int] = 8
@@ -315,6 +321,8 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             del out["fma_encoder"]
         if not out["stsm_restage"]:
             del out["stsm_restage"]
+        if not out["sr_trim"]:
+            del out["sr_trim"]
         return out
 
     def round_robin_chunk(self) -> int:
@@ -331,6 +339,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             "alu_trim": self.alu_trim,
             "fma_encoder": self.fma_encoder,
             "stsm_restage": self.stsm_restage,
+            "sr_trim": self.sr_trim,
         }
 
     def supported_archs(self) -> tuple[str, ...]:
@@ -356,6 +365,10 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
             raise ValueError(
                 "stsm_restage: fast math's columnwise RHT by wgmma only (fast_math, columnwise, "
                 "rht, rht_mma wgmma, not stochastic)"
+            )
+        if self.sr_trim and not (self.alu_trim and self.stochastic):
+            raise ValueError(
+                "sr_trim: the SR encoder of the alu_trim kernel only (needs alu_trim, stochastic)"
             )
 
     def stsm_restage_applies(self) -> bool:

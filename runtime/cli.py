@@ -80,6 +80,17 @@ def stsm_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
+def sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
+    """The A/B side of runtime/nvfp4.py's ``SR_TRIM`` (default off): every SR ``alu_trim``
+    kernel of ``all_specs`` with ``sr_trim``. Not precompiled; tests/test_compile.py compiles
+    them."""
+    return [
+        dataclasses.replace(s, sr_trim=True)
+        for s in all_specs(arch)
+        if s.family == "nvfp4_quantize" and s.stochastic and s.alu_trim
+    ]
+
+
 def _hopper_specs() -> list[S.KernelSpec]:
     arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []

@@ -146,18 +146,29 @@ def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
     return FMA_ENCODER and trim and not stochastic and arch not in HW_E2M1_ARCHS
 
 
-# False (the default; an A/B variant, issue 17 twelfth session, branch trim6): True gives fast
+# False (the default; an A/B variant, issue 17, eleventh session, branch trim6): True gives fast
 # math's wgmma kernels ``Nvfp4QuantizeSpec.stsm_restage`` (the fp32 restage stored from the
 # accumulators as they sit, by stmatrix: 8 STSM.x4 a tile instead of 8 STS.128 and 32 register
 # moves; same bits; perf/NOTES.md, "Hot-loop census"). Read at every call; kernels without
 # that restage (exact, SR, mma.sync) are unchanged.
 STSM_RESTAGE = False
 
+# False (the default; issue 17, eleventh session, branch sr5; not measured on a GPU yet): the SR
+# encoder of the alu_trim kernel with fewer ALU-pipe instructions (Nvfp4QuantizeSpec.sr_trim,
+# kernels/nvfp4_sr.py; same bits, same random stream; perf/NOTES.md, "SR trim").
+SR_TRIM = False
+
+
+def sr_trim(trim: bool, stochastic: bool) -> bool:
+    """Whether this call's kernel takes ``sr_trim`` (the flag, on the kernels it exists for)."""
+    return SR_TRIM and trim and stochastic
+
 
 @functools.cache
 def _spec(
     arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk: int = -1,
     rht_mma: str = "auto", trim: bool = False, fma: bool = False, stsm: bool = False,
+    srt: bool = False,
 ) -> Nvfp4QuantizeSpec:  # fmt: skip
     spec = Nvfp4QuantizeSpec(
         arch=arch,
@@ -170,6 +181,7 @@ def _spec(
         rht_mma=rht_mma,
         alu_trim=trim,
         fma_encoder=fma,
+        sr_trim=srt,
     )
     if stsm and spec.stsm_restage_applies():
         spec = dataclasses.replace(spec, stsm_restage=True)
@@ -298,7 +310,7 @@ def nvfp4_group_quantize(
     if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
         flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
                  stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
-                 ALU_TRIM, FMA_ENCODER, STSM_RESTAGE)  # fmt: skip
+                 ALU_TRIM, FMA_ENCODER, STSM_RESTAGE, SR_TRIM)  # fmt: skip
         key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans, layout = hit
@@ -405,14 +417,15 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
     rht_mma = _launch.rht_mma()
     fma = fma_encoder(trim, stochastic, arch)
     stsm = STSM_RESTAGE
+    srt = sr_trim(trim, stochastic)
     key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
-           rht_mma, fma, stsm)  # fmt: skip
+           rht_mma, fma, stsm, srt)  # fmt: skip
     hit = _SPECS.get(key)
     if hit is None:
         chunk = device_chunk(dev, rowwise, swizzled, fast_math, stochastic)
         spec = _spec(
             arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, chunk, rht_mma, trim,
-            fma, stsm,
+            fma, stsm, srt,
         )  # fmt: skip
         hit = _SPECS[key] = (spec, _launch.grid_size(spec, dev))
     return hit

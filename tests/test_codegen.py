@@ -51,7 +51,12 @@ PAIRS = cli.stsm_restage_variants()  # the A/B side of nvfp4.STSM_RESTAGE
 
 @pytest.mark.parametrize(
     "spec",
-    ALL + S.dequant_ab_variants() + cli.fma_encoder_variants() + cli.all_specs("sm_100a") + PAIRS,
+    ALL
+    + S.dequant_ab_variants()
+    + cli.fma_encoder_variants()
+    + cli.sr_trim_variants()
+    + cli.all_specs("sm_100a")
+    + PAIRS,
     ids=lambda s: f"{s.arch}-{s.describe()}",
 )
 def test_rendered_module_is_plain_python(spec):
@@ -68,6 +73,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
     specs = [s for arch in S.ARCHS for s in cli.all_specs(arch)]  # Blackwell renders too
     specs += S.dequant_ab_variants()  # the A/B variants a module flag selects
     specs += cli.fma_encoder_variants() + cli.stsm_restage_variants()
+    specs += cli.sr_trim_variants() + cli.sr_trim_variants("sm_100a")
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

@@ -99,6 +99,13 @@ def test_stsm_restage_variants_compile(spec, tmp_path):
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 
+@pytest.mark.parametrize("spec", cli.sr_trim_variants(), ids=lambda s: s.describe())
+def test_sr_trim_variants_compile(spec, tmp_path):
+    """The A/B side of ``nvfp4.SR_TRIM`` (default off: ``cli.sr_trim_variants``, every SR
+    alu_trim kernel with the trimmed SR encoder) compiles."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

@@ -2,8 +2,9 @@
 runs twice (conftest ``rht_mma``): with the arch's RHT instruction (wgmma on sm_90a) and with
 mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those three times
 (``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
-encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those), and once more with
-fast math's ``stsm_restage`` (``-k stsm-on``)."""
+encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those), once more with fast
+math's ``stsm_restage`` (``-k stsm-on``), and the tests with SR calls a fifth time with the SR
+trim (``sr_trim``, default off; ``-k sr-on`` runs only those)."""
 
 import itertools
 
@@ -18,22 +19,32 @@ pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("rht_mma", "alu_trim")]
 
 
 @pytest.fixture(
-    params=[(False, False, False), (True, False, False), (True, True, False), (True, True, True)],
-    ids=["trim-off", "trim-on", "fma-on", "stsm-on"],
+    params=[
+        (False, False, False, False),
+        (True, False, False, False),
+        (True, True, False, False),
+        (True, True, True, False),
+        (True, True, False, True),
+    ],
+    ids=["trim-off", "trim-on", "fma-on", "stsm-on", "sr-on"],
 )
 def alu_trim(request, monkeypatch):
     """The quantize kernel without and with ``Nvfp4QuantizeSpec.alu_trim`` (runtime/nvfp4.py's
     ALU_TRIM, issue 17 / branch speed4) and with ``fma_encoder`` on top (FMA_ENCODER, the default;
     branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
     all. ``stsm-on``: the defaults plus STSM_RESTAGE (branch trim6: fast math's wgmma restage
-    by stmatrix; other kernels as fma-on). The flags are in the spec key
-    and the replay key: no cache mixes them."""
+    by stmatrix; other kernels as fma-on). ``sr-on``: ``sr_trim`` too (SR_TRIM, issue 17 /
+    branch sr5: SR kernels only), for the tests with SR calls (the others would run the fma-on
+    kernels again). The flags are in the spec key and the replay key: no cache mixes them."""
     from cutequant import nvfp4
 
-    trim, fma, stsm = request.param
+    trim, fma, stsm, srt = request.param
+    if srt and not ("stochastic" in request.node.name or "round_robin" in request.node.name):
+        pytest.skip("sr-on: RN calls run the fma-on kernels")
     monkeypatch.setattr(nvfp4, "ALU_TRIM", trim)
     monkeypatch.setattr(nvfp4, "FMA_ENCODER", fma)
     monkeypatch.setattr(nvfp4, "STSM_RESTAGE", stsm)
+    monkeypatch.setattr(nvfp4, "SR_TRIM", srt)
     return trim
 
 
@@ -248,6 +259,25 @@ def test_stochastic_rounding_every_variant(opts, rng):
     state = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64, generator=rng).cuda()
     res = check_quantize(x, splits, stochastic_rounding=True, rng_state=state, **opts)
     assert res.rng_state is state or torch.equal(res.rng_state, state)
+
+
+@pytest.mark.parametrize("amax_scale", [1.0, 0.5, 2.0**-12])
+def test_stochastic_rounding_special_values(amax_scale, rng):
+    """SR on NaN / inf / -0 / bf16-max / zero blocks, and with a given amax below the data's
+    (scaled values past 6, 8, 16 and 32: the clamp cases of kernels/nvfp4_sr.py), bit-exact."""
+    splits = [64, 128, 64]
+    y = grouped_input(splits, 128, rng)
+    y[3, 5] = float("nan")
+    y[70, 9] = float("inf")
+    y[71, 40] = -float("inf")
+    y[100, 1] = -0.0
+    y[120:136, 32:48] = 0.0
+    y[200:208] = (torch.sign(y[200:208].float()) * torch.finfo(torch.bfloat16).max).to(y.dtype)
+    amax = torch.stack(reference.group_amax(y, splits)).cuda() * amax_scale
+    state = torch.randint(-(2**63), 2**63 - 1, (2,), dtype=torch.int64, generator=rng).cuda()
+    for opts in (dict(), dict(rht=False), dict(swizzled_scales=True, fast_math=True)):
+        check_quantize(y, splits, stochastic_rounding=True, rng_state=state, **opts)
+        check_quantize(y, splits, amax=amax, stochastic_rounding=True, rng_state=state, **opts)
 
 
 def test_stochastic_rounding_fresh_state_device_splits_and_large(rng):

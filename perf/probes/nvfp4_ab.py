@@ -1,14 +1,17 @@
 """Probe (GPU): A/B of the NVFP4 quantize kernel with and without a runtime/nvfp4.py switch, in
 one process: ``ALU_TRIM`` (the default; issue 17, branch speed4: fewer ALU-pipe instructions in
 the hot loops, kernels/nvfp4_trim.py) or ``FMA_ENCODER`` (branch alu5: the RN encoder with part
-of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel) or
+of its work on the FMA pipe, kernels/nvfp4_fma.py; on top of ALU_TRIM's kernel),
 ``STSM_RESTAGE`` (branch trim6, default off: fast math's restage by stmatrix, straight from the
 accumulators; by default it times fast math and, as a control that runs the same kernel on both
-sides, the exact quantize).
+sides, the exact quantize) or ``SR_TRIM`` (branch sr5: the SR encoder with fewer ALU-pipe
+instructions, kernels/nvfp4_sr.py; SR calls only: without ``--ops`` it compares the bits of
+every SR output set and times ``nvfp4_quantize_sr``).
 
     python perf/probes/nvfp4_ab.py [--switch FMA_ENCODER] [--cases "dense 8192x5120,..."]
                                    [--ops ...] [--rounds 5]
     python perf/probes/nvfp4_ab.py --switch FMA_ENCODER --bits-only
+    python perf/probes/nvfp4_ab.py --switch SR_TRIM --rounds 5
 
 Side "off" = ``cutequant.nvfp4.<switch>`` False, "on" = True, every other switch as it is
 (FMA_ENCODER needs ALU_TRIM, the default; it leaves SR calls as they are). For every op
@@ -45,11 +48,18 @@ OPTS = {
     # not bench.py ops, bits only: the columnwise path without the RHT (the column gather)
     "nvfp4_quantize_norht": dict(rht=False),
     "nvfp4_columnwise_only_fastmath": dict(rowwise=False, fast_math=True),  # STSM_RESTAGE's
+    # SR output sets for SR_TRIM's bits (not bench.py ops)
+    "nvfp4_quantize_sr_swizzled": dict(stochastic_rounding=True, swizzled_scales=True),
+    "nvfp4_quantize_sr_fastmath": dict(stochastic_rounding=True, fast_math=True),
+    "nvfp4_quantize_sr_norht": dict(stochastic_rounding=True, rht=False),
+    "nvfp4_rowwise_only_sr": dict(stochastic_rounding=True, columnwise=False, rht=False),
+    "nvfp4_columnwise_only_sr": dict(stochastic_rounding=True, rowwise=False),
 }
+SR_BITS = tuple(op for op in OPTS if OPTS[op].get("stochastic_rounding") and op not in bench.OPS)
 OPS = tuple(op for op in OPTS if op in bench.OPS)
 
 
-SWITCHES = ("ALU_TRIM", "FMA_ENCODER", "STSM_RESTAGE")
+SWITCHES = ("ALU_TRIM", "FMA_ENCODER", "STSM_RESTAGE", "SR_TRIM")
 SWITCH = "ALU_TRIM"  # set by --switch
 
 
@@ -117,13 +127,16 @@ def main(argv=None) -> int:
     if args.ops is None and SWITCH == "STSM_RESTAGE":  # only fast math's kernels change (the
         # exact quantize runs the same kernel on both sides: a control; columnwise only: bits)
         ops = ["nvfp4_quantize_fastmath", "nvfp4_quantize", "nvfp4_columnwise_only_fastmath"]
+    if args.ops is None and SWITCH == "SR_TRIM":  # RN calls: the same kernel either way
+        ops = ["nvfp4_quantize_sr"]
     for op in ops:
         if op not in OPTS:
             raise SystemExit(f"unknown op {op} (one of {', '.join(OPTS)})")
     copy = bench.copy_bandwidth_gbps()
     print(f"copy: {copy:.0f} GB/s  ({torch.cuda.get_device_name()})")
     ok = True
-    for op in list(ops) + (["nvfp4_quantize_norht"] if args.ops is None else []):
+    extra = ["nvfp4_quantize_norht"] if SWITCH != "SR_TRIM" else list(SR_BITS)
+    for op in list(ops) + (extra if args.ops is None else []):
         for case in cases:
             ok &= compare_bits(op, case)
     print(f"bits: {SWITCH} off == on on every op and case" if ok else "bits: MISMATCH")
