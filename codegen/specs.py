@@ -303,7 +303,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # Same bits out. Fast math with the RHT by wgmma only (not SR). False: left out of the key
     # and the source.
     stsm_restage: bool = False
-    # True (issue 17, eleventh session, branch sr5; an A/B variant, runtime/nvfp4.py's SR_TRIM):
+    # True (issue 17, eleventh session, branch sr5; the runtime's default on sm_90a, SR_TRIM):
     # the SR encoder with fewer ALU-pipe instructions (kernels/nvfp4_sr.py: no clamp of |v|, the
     # random byte as a subnormal FFMA operand, the grid floor clamped and packed on pair words,
     # nibbles and signs gathered by IMAD). Same bits, same random stream. Needs alu_trim (its

@@ -50,9 +50,10 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
 
 
 def _for_arch(spec: S.KernelSpec, arch: str) -> S.KernelSpec:
-    """``spec`` for another arch; the hardware-e2m1 archs have no software encoder to vary."""
-    if getattr(spec, "fma_encoder", False) and arch in S.HW_E2M1_ARCHS:
-        return dataclasses.replace(spec, arch=arch, fma_encoder=False)
+    """``spec`` for another arch; the hardware-e2m1 archs have no software RN encoder to vary
+    and keep the SR encoder they had (the trimmed one was tested on sm_90a only)."""
+    if arch in S.HW_E2M1_ARCHS and spec.family == "nvfp4_quantize":
+        return dataclasses.replace(spec, arch=arch, fma_encoder=False, sr_trim=False)
     return dataclasses.replace(spec, arch=arch)
 
 
@@ -81,13 +82,13 @@ def stsm_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
 
 
 def sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """The A/B side of runtime/nvfp4.py's ``SR_TRIM`` (default off): every SR ``alu_trim``
-    kernel of ``all_specs`` with ``sr_trim``. Not precompiled; tests/test_compile.py compiles
-    them."""
+    """The A/B side of runtime/nvfp4.py's ``SR_TRIM`` (default on, sm_90a): every SR
+    ``alu_trim`` kernel of ``all_specs`` without ``sr_trim`` (the SR encoder before it). Not
+    precompiled; tests/test_compile.py compiles them."""
     return [
-        dataclasses.replace(s, sr_trim=True)
+        dataclasses.replace(s, sr_trim=False)
         for s in all_specs(arch)
-        if s.family == "nvfp4_quantize" and s.stochastic and s.alu_trim
+        if s.family == "nvfp4_quantize" and s.sr_trim
     ]
 
 
@@ -129,10 +130,10 @@ def _hopper_specs() -> list[S.KernelSpec]:
                     )
                 )
     # every NVFP4 quantize kernel twice: with ``alu_trim`` (the runtime's default below 2^32
-    # elements, runtime/nvfp4.py's ALU_TRIM; the RN ones with its ``fma_encoder``, FMA_ENCODER)
-    # and without (larger calls: 64-bit offsets)
+    # elements, runtime/nvfp4.py's ALU_TRIM; the RN ones with its ``fma_encoder``, FMA_ENCODER,
+    # the SR ones with its ``sr_trim``, SR_TRIM) and without (larger calls: 64-bit offsets)
     out += [
-        dataclasses.replace(s, alu_trim=True, fma_encoder=not s.stochastic)
+        dataclasses.replace(s, alu_trim=True, fma_encoder=not s.stochastic, sr_trim=s.stochastic)
         for s in out
         if s.family == "nvfp4_quantize"
     ]

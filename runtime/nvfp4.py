@@ -153,15 +153,17 @@ def fma_encoder(trim: bool, stochastic: bool, arch: str) -> bool:
 # that restage (exact, SR, mma.sync) are unchanged.
 STSM_RESTAGE = False
 
-# False (the default; issue 17, eleventh session, branch sr5; not measured on a GPU yet): the SR
-# encoder of the alu_trim kernel with fewer ALU-pipe instructions (Nvfp4QuantizeSpec.sr_trim,
-# kernels/nvfp4_sr.py; same bits, same random stream; perf/NOTES.md, "SR trim").
-SR_TRIM = False
+# True (the default; issue 17, eleventh session, branch sr5): the SR encoder of the alu_trim
+# kernel with fewer ALU-pipe instructions (Nvfp4QuantizeSpec.sr_trim, kernels/nvfp4_sr.py; same
+# bits, same random stream; perf/NOTES.md, "SR trim"). H200 run 62 (perf/probes/nvfp4_ab.py
+# --switch SR_TRIM --rounds 3, bits identical): SR quantize 9.5-13.7% less time (35.6-38.4 ->
+# 39.8-42.5% of copy). sm_90a only (the arch it was tested on); False for the A/B.
+SR_TRIM = True
 
 
-def sr_trim(trim: bool, stochastic: bool) -> bool:
+def sr_trim(trim: bool, stochastic: bool, arch: str) -> bool:
     """Whether this call's kernel takes ``sr_trim`` (the flag, on the kernels it exists for)."""
-    return SR_TRIM and trim and stochastic
+    return SR_TRIM and trim and stochastic and arch not in HW_E2M1_ARCHS
 
 
 @functools.cache
@@ -417,7 +419,7 @@ def _spec_and_grid(dev, arch, rowwise, columnwise, rht, swizzled, fast_math, sto
     rht_mma = _launch.rht_mma()
     fma = fma_encoder(trim, stochastic, arch)
     stsm = STSM_RESTAGE
-    srt = sr_trim(trim, stochastic)
+    srt = sr_trim(trim, stochastic, arch)
     key = (dev.index, arch, rowwise, columnwise, rht, swizzled, fast_math, stochastic, trim,
            rht_mma, fma, stsm, srt)  # fmt: skip
     hit = _SPECS.get(key)

@@ -101,8 +101,8 @@ def test_stsm_restage_variants_compile(spec, tmp_path):
 
 @pytest.mark.parametrize("spec", cli.sr_trim_variants(), ids=lambda s: s.describe())
 def test_sr_trim_variants_compile(spec, tmp_path):
-    """The A/B side of ``nvfp4.SR_TRIM`` (default off: ``cli.sr_trim_variants``, every SR
-    alu_trim kernel with the trimmed SR encoder) compiles."""
+    """The A/B side of ``nvfp4.SR_TRIM`` (default on: ``cli.sr_trim_variants``, every SR
+    alu_trim kernel without the trimmed SR encoder) compiles."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 

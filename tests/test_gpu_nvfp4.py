@@ -4,7 +4,7 @@ mma.sync (the sm_100a kernels' RHT), the amax pass included; and each of those t
 (``alu_trim``): without the ALU trim, with it (the default), and with it and the FMA-pipe
 encoder (``fma_encoder``, the default; ``-k fma-on`` runs only those), once more with fast
 math's ``stsm_restage`` (``-k stsm-on``), and the tests with SR calls a fifth time with the SR
-trim (``sr_trim``, default off; ``-k sr-on`` runs only those)."""
+trim (``sr_trim``, the default; ``-k sr-on`` runs only those)."""
 
 import itertools
 
@@ -33,9 +33,10 @@ def alu_trim(request, monkeypatch):
     ALU_TRIM, issue 17 / branch speed4) and with ``fma_encoder`` on top (FMA_ENCODER, the default;
     branch alu5: RN kernels only, SR calls run the trim kernel): the same bits are required of
     all. ``stsm-on``: the defaults plus STSM_RESTAGE (branch trim6: fast math's wgmma restage
-    by stmatrix; other kernels as fma-on). ``sr-on``: ``sr_trim`` too (SR_TRIM, issue 17 /
-    branch sr5: SR kernels only), for the tests with SR calls (the others would run the fma-on
-    kernels again). The flags are in the spec key and the replay key: no cache mixes them."""
+    by stmatrix; other kernels as fma-on). ``sr-on``: ``sr_trim`` too (SR_TRIM, the default;
+    issue 17 / branch sr5: SR kernels only), for the tests with SR calls (the others would run
+    the fma-on kernels again). The flags are in the spec key and the replay key: no cache mixes
+    them."""
     from cutequant import nvfp4
 
     trim, fma, stsm, srt = request.param
