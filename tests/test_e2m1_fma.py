@@ -16,6 +16,7 @@ from test_e2m1_packed import (
     expected_nibbles,
     pack8,
     packed_nibbles,
+    prmt,
     special_patterns,
     sweep_tests,
 )
@@ -66,21 +67,6 @@ def pair_step(a: np.ndarray) -> np.ndarray:
 
 # the pair step of every bf16 pattern (the sign bit cleared first, as the LOP3 does)
 PAIR_LUT = pair_step(np.arange(1 << 16, dtype=U32) & U32(0x7FFF))
-
-
-def prmt(a: np.ndarray, b: np.ndarray, sel: int) -> np.ndarray:
-    """PTX prmt.b32 (default mode): result byte k = byte (sel >> 4 k) & 7 of {b, a}, sign-
-    replicated when bit 3 of that selector nibble is set."""
-    src = [(a >> U32(8 * i)) & U32(0xFF) for i in range(4)]
-    src += [(b >> U32(8 * i)) & U32(0xFF) for i in range(4)]
-    out = np.zeros_like(a)
-    for k in range(4):
-        s = (sel >> (4 * k)) & 0xF
-        byte = src[s & 7]
-        if s & 8:
-            byte = np.where(byte & U32(0x80), U32(0xFF), U32(0))
-        out |= byte << U32(8 * k)
-    return out
 
 
 def mad(a, b, c):

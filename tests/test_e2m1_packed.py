@@ -59,6 +59,21 @@ def packed_nibbles(v_bits: np.ndarray) -> np.ndarray:
     return ((c & U32(7)) | (((h >> U32(15)) & U32(1)) << U32(3))).astype(np.uint8)
 
 
+def prmt(a: np.ndarray, b: np.ndarray, sel: int) -> np.ndarray:
+    """PTX prmt.b32 (default mode): result byte k = byte (sel >> 4 k) & 7 of {b, a}, sign-
+    replicated when bit 3 of that selector nibble is set."""
+    src = [(a >> U32(8 * i)) & U32(0xFF) for i in range(4)]
+    src += [(b >> U32(8 * i)) & U32(0xFF) for i in range(4)]
+    out = np.zeros_like(a)
+    for k in range(4):
+        s = (sel >> (4 * k)) & 0xF
+        byte = src[s & 7]
+        if s & 8:  # sign-replicate the chosen byte
+            byte = np.where(byte & U32(0x80), U32(0xFF), U32(0))
+        out |= byte << U32(8 * k)
+    return out
+
+
 def pack8(nibbles: np.ndarray) -> np.ndarray:
     """``e2m1x8``'s packing: values j, j + 4 share a bf16x2 pair; even-element codes and signs
     are gathered by PRMT 0x6240 / 0xFBD9, odd ones likewise, merged as lo + (hi << 4)."""
@@ -67,18 +82,6 @@ def pack8(nibbles: np.ndarray) -> np.ndarray:
     # pair j: lo half = value j, hi half = value j + 4 (0x4300 + code; sign in bits 15 / 31)
     words = [U32(0x43004300) | code[:, j] | (code[:, j + 4] << U32(16)) for j in range(4)]
     pairs = [(sign[:, j] << U32(15)) | (sign[:, j + 4] << U32(31)) for j in range(4)]
-
-    def prmt(a, b, sel):
-        src = [(a >> U32(8 * i)) & U32(0xFF) for i in range(4)]
-        src += [(b >> U32(8 * i)) & U32(0xFF) for i in range(4)]
-        out = np.zeros_like(a)
-        for k in range(4):
-            s = (sel >> (4 * k)) & 0xF
-            byte = src[s & 7]
-            if s & 8:  # sign-replicate the chosen byte
-                byte = np.where(byte & U32(0x80), U32(0xFF), U32(0))
-            out |= byte << U32(8 * k)
-        return out
 
     even = prmt(words[0], words[2], 0x6240)
     odd = prmt(words[1], words[3], 0x6240)
