@@ -315,14 +315,9 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
 
     def fields(self) -> dict:
         out = super().fields()
-        if not out["alu_trim"]:
-            del out["alu_trim"]
-        if not out["fma_encoder"]:
-            del out["fma_encoder"]
-        if not out["stsm_restage"]:
-            del out["stsm_restage"]
-        if not out["sr_trim"]:
-            del out["sr_trim"]
+        for name in ("alu_trim", "fma_encoder", "stsm_restage", "sr_trim"):  # off: not in the key
+            if not out[name]:
+                del out[name]
         return out
 
     def round_robin_chunk(self) -> int:
