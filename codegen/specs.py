@@ -637,8 +637,27 @@ class Nvfp4Quantize2dSpec(KernelSpec):
             raise ValueError("at least one of rowwise / columnwise must be set")
 
 
+class _FakeQuantSrTrim:
+    """The ``sr_trim`` switch of the fake-quant kernels (issue 20, eleventh session, branch fq7;
+    an A/B variant, runtime/fake_quant.py's ``SR_TRIM``, default off): the stochastic-rounding
+    value path with the NVFP4 quantize's SR trims (``fake_quant.e2m1_sr_mag_sub``: the random
+    byte as a subnormal FFMA operand, no clamp of |v| before the floor) and Philox with 32-bit
+    block ids, the calls' common first rounds once per thread (``nvfp4_sr.philox_prefix``).
+    Same bits, same random stream; the runtime asks for it only when every block id of the call
+    is < 2^32. Needs stochastic. False: left out of the key and the source."""
+
+    def _sr_trim_fields(self, out: dict) -> dict:
+        if not out["sr_trim"]:
+            del out["sr_trim"]
+        return out
+
+    def _check_sr_trim(self) -> None:
+        if self.sr_trim and not self.stochastic:
+            raise ValueError("sr_trim: the stochastic-rounding kernel only (needs stochastic)")
+
+
 @dataclass(frozen=True)
-class FakeQuantRowsSpec(KernelSpec):
+class FakeQuantRowsSpec(_FakeQuantSrTrim, KernelSpec):
     """Fused rowwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N]: per 16-element block
     quantize (RN or stochastic rounding) and dequantize in registers, ``out_dtype`` out; the
     values of dequantize(quantize(x)) bit for bit. One CTA per 64 x 128 tile. Stochastic
@@ -651,15 +670,23 @@ class FakeQuantRowsSpec(KernelSpec):
     family: ClassVar[str] = "fake_quant_rows"
     stochastic: bool = False
     out_dtype: str = "bf16"
+    sr_trim: bool = False  # _FakeQuantSrTrim
+
+    def fields(self) -> dict:
+        return self._sr_trim_fields(super().fields())
+
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "sr_trim": self.sr_trim}
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+        self._check_sr_trim()
 
 
 @dataclass(frozen=True)
-class FakeQuantColsSpec(KernelSpec):
+class FakeQuantColsSpec(_FakeQuantSrTrim, KernelSpec):
     """Fused columnwise NVFP4 fake-quant of grouped bf16 ``x`` [M, N] (the wgrad operands of
     the recipe): per group, the 16-token-block columnwise quantize of RHT(x_g^T) (or x_g^T; the
     RHT is a run-time switch, a warp-level mma.sync on every arch) dequantized in registers and
@@ -676,14 +703,19 @@ class FakeQuantColsSpec(KernelSpec):
     TILE_COLS: ClassVar[int] = 256
     stochastic: bool = False
     out_dtype: str = "bf16"
+    sr_trim: bool = False  # _FakeQuantSrTrim
+
+    def fields(self) -> dict:
+        return self._sr_trim_fields(super().fields())
 
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "sr_trim": self.sr_trim}
 
     def __post_init__(self):
         super().__post_init__()
         if self.out_dtype not in ("bf16", "f16"):
             raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
+        self._check_sr_trim()
 
 
 def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:

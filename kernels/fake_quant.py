@@ -35,6 +35,7 @@ from cutlass._mlir.dialects import llvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import device as dev
+from cutequant.kernels import nvfp4_sr as srq
 from cutequant.kernels import stochastic as sr
 
 RHT_MAGIC = 4194304.0  # 2^22: p * 2^22 has the ulp of the e2m1 step of [p, 2p) (p = 1, 2, 4)
@@ -271,6 +272,47 @@ def e2m1_sr_mag_rz(s: Float32, rb: Float32) -> Float32:
     return dev.fma_rn(p, Float32(-RHT_MAGIC), floor)
 
 
+# ------------------------------------------------------------------------------ SR trim
+# (``sr_trim`` of both fake-quant specs, issue 20, branch fq7; perf/NOTES.md, "Fake-quant SR
+# trim"). The NVFP4 quantize's SR trim (kernels/nvfp4_sr.py) carried over to the value path:
+# the random byte goes to bits 16-23 of a zero word (one PRMT: byte * 2^-133 as fp32, a
+# subnormal that the FFMA multiplies exactly) and p' = p * 2^124 comes from |v|'s exponent bits
+# (AND + one VIADDMNMX) without a clamp of |v| at 6; the floor's magic is p' * 2^-102 = p * 2^22
+# (exact), and the clamp at 6 moves to the result (FMNMX: from |v| >= 6 on the floor is >= 6, or
+# NaN / inf where p' wrapped or overflowed, and min.f32 turns NaN into 6). Against
+# ``e2m1_sr_mag_rz`` + ``stochastic.random_bytes_f32_prmt``: the byte's FADD is gone (the FMNMX
+# of the clamp moved, AND + VIADDMNMX replace VIMNMX + LOP3). tests/test_fake_quant_sr_trim.py
+# emulates the sequence against the old one for every random byte.
+SUB_MAGIC = 0x0C800000  # 2^-102: p' * 2^-102 = p * 2^22 (RHT_MAGIC times p)
+E2M1_MAX_BITS = 0x40C00000  # 6.0
+
+
+def _sr_sub_ptx(k: int, signed: bool) -> str:
+    sign = "and.b32 x, x, 0x80000000;\n\tmov.b32 e, t;\n\tor.b32 $0, e, x;" if signed else "mov.b32 $0, t;"
+    return (
+        "{\n\t.reg .b32 e, p, r, x;\n\t.reg .f32 a, t, f;\n\t"
+        "mov.b32 x, $1;\n\t"
+        "and.b32 e, x, 0x7F800000;\n\t"  # exponent of |v|
+        f"add.s32 e, e, {srq.P_BIAS:#x};\n\t"
+        f"max.s32 p, e, {srq.P_MIN:#x};\n\t"  # ptxas: one VIADDMNMX
+        f"prmt.b32 r, $2, 0, {srq.byte_selector(k):#x};\n\t"  # byte k -> bits 16-23
+        "abs.f32 a, $1;\n\t"
+        "fma.rn.f32 t, r, p, a;\n\t"  # |v| + byte * p / 512, one rounding
+        f"fma.rz.f32 f, p, 0f{SUB_MAGIC:08X}, t;\n\t"  # t floored to a multiple of p / 2
+        f"fma.rn.f32 t, p, 0f{SUB_MAGIC | 0x80000000:08X}, f;\n\t"  # exact
+        f"min.f32 t, t, 0f{E2M1_MAX_BITS:08X};\n\t"  # |v| >= 6, NaN -> 6
+        f"{sign}\n\t}}"
+    )
+
+
+@dsl_user_op
+def e2m1_sr_sub(s: Float32, word: Uint32, k: int, signed: bool, *, loc=None, ip=None) -> Float32:
+    """``e2m1_sr_value_rz(s, rb)`` (``signed``) or ``e2m1_sr_mag_rz(s, rb)`` with rb = byte k of
+    ``word`` / 512: the same bits, the byte taken by one PRMT (the SR trim above)."""
+    args = dev._ir((s, word), (Float32, Uint32), loc, ip)
+    return Float32(dev._asm(T.f32(), _sr_sub_ptx(k, signed), "=f,f,r", args))
+
+
 def sign_keep(sf_byte_is_nan):
     """The ``sign_select`` mask of a block: SIGN_BITS, or 0 where its scale is NaN."""
     return Uint32(cutlass.select_(sf_byte_is_nan, Uint32(0), Uint32(SIGN_BITS)))
@@ -325,10 +367,14 @@ def opaque_u32(addr: Int32, value: Uint32, *, loc=None, ip=None) -> Uint32:
     )
 
 
-def stage_random_words(buf: Int32, lane: Int32, block_ids: list, rng: tuple):
+def stage_random_words(buf: Int32, lane: Int32, block_ids: list, rng: tuple, pre=None):
     """Draw this lane's two Philox calls (``block_ids``: Int64 ids of block q of columns gq and
-    gq + 8) and store each word e where lane (gq, e) reads it (``rand_write_offset``)."""
-    words = [sr.block_random_words(i, 1, rng) for i in block_ids]
+    gq + 8) and store each word e where lane (gq, e) reads it (``rand_write_offset``).
+    ``pre``: ``nvfp4_sr.philox_prefix(1, rng)`` (sr_trim), the ids then Uint32 (< 2^32)."""
+    if pre is None:
+        words = [sr.block_random_words(i, 1, rng) for i in block_ids]
+    else:
+        words = [srq.block_random_words(i, pre, rng) for i in block_ids]
     base = buf + rand_write_offset(lane, 0)
     for e in range(4):
         dev.store_shared_v2(base + 8 * e, [words[0][e], words[1][e]])

@@ -81,6 +81,17 @@ def stsm_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
+def fake_quant_sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
+    """The A/B side of runtime/fake_quant.py's ``SR_TRIM`` (default off): every stochastic
+    fake-quant kernel (rows, columnwise) of ``all_specs`` with ``sr_trim``. Not precompiled;
+    tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    return [
+        dataclasses.replace(s, sr_trim=True)
+        for s in all_specs(arch)
+        if s.family in ("fake_quant_rows", "fake_quant_cols") and s.stochastic
+    ]
+
+
 def sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     """The A/B side of runtime/nvfp4.py's ``SR_TRIM`` (default on, sm_90a): every SR
     ``alu_trim`` kernel of ``all_specs`` without ``sr_trim`` (the SR encoder before it). Not

@@ -55,6 +55,7 @@ PAIRS = cli.stsm_restage_variants()  # the A/B side of nvfp4.STSM_RESTAGE
     + S.dequant_ab_variants()
     + cli.fma_encoder_variants()
     + cli.sr_trim_variants()
+    + cli.fake_quant_sr_trim_variants()
     + cli.all_specs("sm_100a")
     + PAIRS,
     ids=lambda s: f"{s.arch}-{s.describe()}",
@@ -74,6 +75,7 @@ def test_rendered_modules_are_lint_clean(tmp_path):
     specs += S.dequant_ab_variants()  # the A/B variants a module flag selects
     specs += cli.fma_encoder_variants() + cli.stsm_restage_variants()
     specs += cli.sr_trim_variants() + cli.sr_trim_variants("sm_100a")
+    specs += cli.fake_quant_sr_trim_variants() + cli.fake_quant_sr_trim_variants("sm_100a")
     for spec in specs:
         (tmp_path / f"{module_name(spec)}.py").write_text(render(spec))
     res = subprocess.run(

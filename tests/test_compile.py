@@ -106,6 +106,13 @@ def test_sr_trim_variants_compile(spec, tmp_path):
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 
+@pytest.mark.parametrize("spec", cli.fake_quant_sr_trim_variants(), ids=lambda s: s.describe())
+def test_fake_quant_sr_trim_variants_compile(spec, tmp_path):
+    """The A/B side of ``fake_quant.SR_TRIM`` (default off: ``cli.fake_quant_sr_trim_variants``,
+    the stochastic fake-quant kernels with the trimmed SR value path) compiles."""
+    _check_compiled(jit.compile_spec(spec), tmp_path)
+
+
 @pytest.mark.parametrize(
     "spec",
     [dataclasses.replace(s, pdl=False) for s in (ALL[0], ALL[2], ALL[-1], ALL[-37])],

@@ -7,10 +7,30 @@ import torch
 from recipe_util import assert_same_bits
 
 import cutequant
-from cutequant import dequant, fake_quant, nvfp4_2d, recipe_reference, reference
+from cutequant import dequant, fake_quant, nvfp4_2d, recipe_reference, reference, replay
 from cutequant.testing import grouped_input, poisoned_outputs, random_splits
 
 pytestmark = pytest.mark.gpu
+
+# tests that run SR without a ``stochastic`` parameter (the Linear's backward)
+_SR_WITHOUT_PARAM = ("test_fake_quant_linear",)
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["srt-off", "srt-on"])
+def sr_trim(request, monkeypatch):
+    """Every SR test twice: ``fake_quant.SR_TRIM`` off (the default) and on (the sr_trim
+    kernels; ``-k srt-on`` runs only those, the RN-only tests skip there)."""
+    if request.param:
+        params = getattr(request.node, "callspec", None)
+        stochastic = params.params.get("stochastic") if params else None
+        if stochastic is False or (
+            stochastic is None and request.node.originalname not in _SR_WITHOUT_PARAM
+        ):
+            pytest.skip("RN only: sr_trim changes the SR kernels")
+    monkeypatch.setattr(fake_quant, "SR_TRIM", request.param)
+    replay.invalidate()  # recorded launches hold the kernel of the other side
+    yield
+    replay.invalidate()
 
 
 def _rng_state(gen):
