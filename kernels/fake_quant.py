@@ -288,7 +288,8 @@ E2M1_MAX_BITS = 0x40C00000  # 6.0
 
 
 def _sr_sub_ptx(k: int, signed: bool) -> str:
-    sign = "and.b32 x, x, 0x80000000;\n\tmov.b32 e, t;\n\tor.b32 $0, e, x;" if signed else "mov.b32 $0, t;"
+    signed_out = "and.b32 x, x, 0x80000000;\n\tmov.b32 e, t;\n\tor.b32 $0, e, x;"
+    sign = signed_out if signed else "mov.b32 $0, t;"
     return (
         "{\n\t.reg .b32 e, p, r, x;\n\t.reg .f32 a, t, f;\n\t"
         "mov.b32 x, $1;\n\t"
