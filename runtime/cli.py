@@ -51,9 +51,11 @@ def all_specs(arch: str = "sm_90a") -> list[S.KernelSpec]:
 
 def _for_arch(spec: S.KernelSpec, arch: str) -> S.KernelSpec:
     """``spec`` for another arch; the hardware-e2m1 archs have no software RN encoder to vary
-    and keep the SR encoder they had (the trimmed one was tested on sm_90a only)."""
+    and keep the SR paths they had (the trimmed ones were tested on sm_90a only)."""
     if arch in S.HW_E2M1_ARCHS and spec.family == "nvfp4_quantize":
         return dataclasses.replace(spec, arch=arch, fma_encoder=False, sr_trim=False)
+    if arch != "sm_90a" and spec.family in _FAKE_QUANT_FAMILIES:
+        return dataclasses.replace(spec, arch=arch, sr_trim=False)
     return dataclasses.replace(spec, arch=arch)
 
 
@@ -81,14 +83,19 @@ def stsm_restage_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
+_FAKE_QUANT_FAMILIES = ("fake_quant_rows", "fake_quant_cols")
+
+
 def fake_quant_sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
-    """The A/B side of runtime/fake_quant.py's ``SR_TRIM`` (default off): every stochastic
-    fake-quant kernel (rows, columnwise) of ``all_specs`` with ``sr_trim``. Not precompiled;
-    tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    """The other side of runtime/fake_quant.py's ``SR_TRIM`` (default on, sm_90a): every
+    stochastic fake-quant kernel (rows, columnwise) of ``all_specs`` with ``sr_trim`` flipped
+    (sm_90a: without it, the A/B side and what calls of 2^36 elements or more use; other archs:
+    with it). Not precompiled; tests/test_compile.py compiles them, tests/test_codegen.py lints
+    them."""
     return [
-        dataclasses.replace(s, sr_trim=True)
+        dataclasses.replace(s, sr_trim=not s.sr_trim)
         for s in all_specs(arch)
-        if s.family in ("fake_quant_rows", "fake_quant_cols") and s.stochastic
+        if s.family in _FAKE_QUANT_FAMILIES and s.stochastic
     ]
 
 
@@ -167,7 +174,14 @@ def _hopper_specs() -> list[S.KernelSpec]:
             rowwise=(rowwise,),
             columnwise=(columnwise,),
         )
-    out += S.recipe_variants(arch)  # dequantize, 2D quantize, fake-quant (issue 20)
+    # dequantize, 2D quantize, fake-quant (issue 20); the SR fake-quant kernels with their
+    # ``sr_trim`` (runtime/fake_quant.py's SR_TRIM, the default on sm_90a)
+    out += [
+        dataclasses.replace(s, sr_trim=True)
+        if s.family in _FAKE_QUANT_FAMILIES and s.stochastic
+        else s
+        for s in S.recipe_variants(arch)
+    ]
     return out
 
 

@@ -27,17 +27,19 @@ from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 TILE_COLS = 128
-# A/B switch (issue 20, branch fq7; default off, not measured on a GPU yet): the SR kernels'
-# ``sr_trim`` (FakeQuantRowsSpec / FakeQuantColsSpec: the random byte as a subnormal FFMA
-# operand, 32-bit Philox ids with the id-independent rounds once per thread; same bits).
-# perf/probes/fake_quant_ab.py --flag SR_TRIM flips it.
-SR_TRIM = False
+# True (the default; issue 20, branch fq7): the SR kernels' ``sr_trim`` (FakeQuantRowsSpec /
+# FakeQuantColsSpec: the random byte as a subnormal FFMA operand, 32-bit Philox ids with the
+# id-independent rounds once per thread; same bits). H200 run 67 (perf/probes/fake_quant_ab.py
+# --flag SR_TRIM --rounds 3, bits identical): columnwise SR kernel 2.0-2.6% and rows SR 2.7-3.2%
+# less time. sm_90a only (where it was tested); False for the A/B.
+SR_TRIM = True
 
 
-def _sr_trim(stochastic: bool, m_rows: int, n_cols: int) -> bool:
-    """Whether this call's kernel takes ``sr_trim``: the switch, stochastic rounding, and every
-    16-element block id (< M N / 16, both directions) below 2^32."""
-    return SR_TRIM and stochastic and m_rows * n_cols // 16 < 1 << 32
+def _sr_trim(stochastic: bool, m_rows: int, n_cols: int, arch: str = "sm_90a") -> bool:
+    """Whether this call's kernel takes ``sr_trim``: the switch, stochastic rounding, sm_90a, and
+    every 16-element block id (< M N / 16, both directions) below 2^32 (larger calls, 2^36
+    elements and more, compile the kernel without it on first use)."""
+    return SR_TRIM and stochastic and arch == "sm_90a" and m_rows * n_cols // 16 < 1 << 32
 
 
 def _check_fake_quantize(
@@ -162,7 +164,7 @@ def nvfp4_fake_quantize_rows_impl(
             arch=arch,
             stochastic=stochastic_rounding,
             out_dtype=FAKE_DTYPES[out_dtype],
-            sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols),
+            sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols, arch),
         )
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
@@ -212,7 +214,7 @@ def nvfp4_fake_quantize_columnwise_impl(
         arch=arch,
         stochastic=stochastic_rounding,
         out_dtype=FAKE_DTYPES[out_dtype],
-        sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols),
+        sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols, arch),
     )
     stream = _launch.raw_stream(dev)
     layout, amax_in, amax_col, copy_count = _amax_and_layout(

@@ -108,8 +108,8 @@ def test_sr_trim_variants_compile(spec, tmp_path):
 
 @pytest.mark.parametrize("spec", cli.fake_quant_sr_trim_variants(), ids=lambda s: s.describe())
 def test_fake_quant_sr_trim_variants_compile(spec, tmp_path):
-    """The A/B side of ``fake_quant.SR_TRIM`` (default off: ``cli.fake_quant_sr_trim_variants``,
-    the stochastic fake-quant kernels with the trimmed SR value path) compiles."""
+    """The other side of ``fake_quant.SR_TRIM`` (default on: ``cli.fake_quant_sr_trim_variants``,
+    the stochastic fake-quant kernels with ``sr_trim`` flipped) compiles."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
 
 

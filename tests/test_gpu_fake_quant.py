@@ -18,7 +18,7 @@ _SR_WITHOUT_PARAM = ("test_fake_quant_linear",)
 
 @pytest.fixture(autouse=True, params=[False, True], ids=["srt-off", "srt-on"])
 def sr_trim(request, monkeypatch):
-    """Every SR test twice: ``fake_quant.SR_TRIM`` off (the default) and on (the sr_trim
+    """Every SR test twice: ``fake_quant.SR_TRIM`` off and on (the default: the sr_trim
     kernels; ``-k srt-on`` runs only those, the RN-only tests skip there)."""
     if request.param:
         params = getattr(request.node, "callspec", None)
