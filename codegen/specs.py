@@ -289,7 +289,7 @@ class Nvfp4QuantizeSpec(_CastWalk, _RhtMma, KernelSpec):
     # operands, unmasked stores for whole blocks, 32-bit offsets); runtime/nvfp4.py's ALU_TRIM.
     # Same bits. False: 64-bit offsets (larger calls, and the A/B); left out of the key then.
     alu_trim: bool = False
-    # True (issue 17, eleventh session, branch alu5; an A/B variant, runtime/nvfp4.py's
+    # True (issue 17, eleventh session, branch alu5; the runtime's default, runtime/nvfp4.py's
     # FMA_ENCODER): the RN encoder with part of its work on the FMA pipe (kernels/nvfp4_fma.py:
     # two bf16 candidates and the saturation in one 3-input min, the nibbles and signs gathered
     # by IMAD). Same bits. Needs alu_trim (its opaque operands); sm_90a's software encoder only
@@ -639,7 +639,7 @@ class Nvfp4Quantize2dSpec(KernelSpec):
 
 class _FakeQuantSrTrim:
     """The ``sr_trim`` switch of the fake-quant kernels (issue 20, eleventh session, branch fq7;
-    an A/B variant, runtime/fake_quant.py's ``SR_TRIM``, default off): the stochastic-rounding
+    the runtime's default on sm_90a, runtime/fake_quant.py's ``SR_TRIM``): the stochastic-rounding
     value path with the NVFP4 quantize's SR trims (``fake_quant.e2m1_sr_mag_sub``: the random
     byte as a subnormal FFMA operand, no clamp of |v| before the floor) and Philox with 32-bit
     block ids, the calls' common first rounds once per thread (``nvfp4_sr.philox_prefix``).
