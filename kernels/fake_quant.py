@@ -292,14 +292,8 @@ def _sr_sub_ptx(k: int, signed: bool) -> str:
     sign = signed_out if signed else "mov.b32 $0, t;"
     return (
         "{\n\t.reg .b32 e, p, r, x;\n\t.reg .f32 a, t, f;\n\t"
-        "mov.b32 x, $1;\n\t"
-        "and.b32 e, x, 0x7F800000;\n\t"  # exponent of |v|
-        f"add.s32 e, e, {srq.P_BIAS:#x};\n\t"
-        f"max.s32 p, e, {srq.P_MIN:#x};\n\t"  # ptxas: one VIADDMNMX
-        f"prmt.b32 r, $2, 0, {srq.byte_selector(k):#x};\n\t"  # byte k -> bits 16-23
-        "abs.f32 a, $1;\n\t"
-        "fma.rn.f32 t, r, p, a;\n\t"  # |v| + byte * p / 512, one rounding
-        f"fma.rz.f32 f, p, 0f{SUB_MAGIC:08X}, t;\n\t"  # t floored to a multiple of p / 2
+        + srq.sr_sum_ptx(k)
+        + f"fma.rz.f32 f, p, 0f{SUB_MAGIC:08X}, t;\n\t"  # t floored to a multiple of p / 2
         f"fma.rn.f32 t, p, 0f{SUB_MAGIC | 0x80000000:08X}, f;\n\t"  # exact
         f"min.f32 t, t, 0f{E2M1_MAX_BITS:08X};\n\t"  # |v| >= 6, NaN -> 6
         f"{sign}\n\t}}"

@@ -57,9 +57,12 @@ def byte_selector(k: int) -> int:
     return 0x4044 | (k << 8)
 
 
-def _value_ptx(k: int) -> str:
+def sr_sum_ptx(k: int) -> str:
+    """The PTX lines every SR value path starts with (this module's and the fake-quant
+    kernels' ``fake_quant.e2m1_sr_sub``): from |v| = |$1|, p' (the grid step's exponent word,
+    ``P_BIAS`` / ``P_MIN``), byte k of $2 as a subnormal operand, and t = |v| + byte * p / 512 in
+    one rounding. The caller declares .b32 e, p, r, x and .f32 a, t."""
     return (
-        "{\n\t.reg .b32 e, p, r, x;\n\t.reg .f32 a, t;\n\t"
         "mov.b32 x, $1;\n\t"
         "and.b32 e, x, 0x7F800000;\n\t"  # exponent of |v|
         f"add.s32 e, e, {P_BIAS:#x};\n\t"
@@ -67,7 +70,14 @@ def _value_ptx(k: int) -> str:
         f"prmt.b32 r, $2, 0, {byte_selector(k):#x};\n\t"  # byte k -> bits 16-23
         "abs.f32 a, $1;\n\t"
         "fma.rn.f32 t, r, p, a;\n\t"  # |v| + byte * p / 512, one rounding
-        f"mul.rz.f32 t, t, 0f{GRID_SCALE:08X};\n\t"
+    )
+
+
+def _value_ptx(k: int) -> str:
+    return (
+        "{\n\t.reg .b32 e, p, r, x;\n\t.reg .f32 a, t;\n\t"
+        + sr_sum_ptx(k)
+        + f"mul.rz.f32 t, t, 0f{GRID_SCALE:08X};\n\t"
         "mov.b32 $0, t;\n\t}"
     )
 
