@@ -27,6 +27,34 @@ def _max_bank_ways(accesses, size: int) -> int:
     return worst
 
 
+def _check_stores_then_loads(m, owner: dict, store_ways: list) -> None:
+    """After a store model filled ``owner`` (byte -> (hidden row, token)): every byte of the
+    [64 x 64] restage written once inside the buffer, no store bank conflict, and each
+    thread's 16-byte block loads (``stage_load_offset``, two threads per hidden row) read back
+    its 32 tokens in order without a bank conflict."""
+    elem = m.STAGE_ELEM_BYTES
+    assert len(owner) == 64 * 64 * elem
+    assert min(owner) >= 0 and max(owner) < m.STAGE_BUF_BYTES, "stores leave the buffer"
+    assert max(store_ways) == 1, f"store bank conflicts: {max(store_ways)}-way"
+    load_ways = []
+    for warp in range(4):
+        offs = []
+        for lane in range(32):
+            wtid = 32 * warp + lane
+            row, half = wtid // 2, wtid % 2
+            offs.append((row, half, m.stage_load_offset(row, half)))
+        for k in range(32 * elem // 16):
+            addrs = []
+            for row, half, off in offs:
+                addr = off + 16 * k
+                addrs.append(addr)
+                first = 32 * half + 16 * k // elem
+                for b in range(16):
+                    assert owner[addr + b] == (row, first + b // elem), (row, half, k, b)
+            load_ways.append(_max_bank_ways(addrs, 16))
+    assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
+
+
 @pytest.mark.parametrize("fast_math", [False, True], ids=["bf16", "fp32"])
 def test_restaging_layout(fast_math):
     m = jit.load_module(specs.Nvfp4QuantizeSpec(fast_math=fast_math))
@@ -50,27 +78,7 @@ def test_restaging_layout(fast_math):
                             assert key not in owner, "two stores share a byte"
                             owner[key] = (acc_row + 8 * h, 16 * kb + 4 * quad + t)
                 store_ways.append(_max_bank_ways(addrs, 4 * elem))
-    assert len(owner) == 64 * 64 * elem
-    assert min(owner) >= 0 and max(owner) < m.STAGE_BUF_BYTES, "stores leave the buffer"
-    assert max(store_ways) == 1, f"store bank conflicts: {max(store_ways)}-way"
-
-    load_ways = []
-    for warp in range(4):
-        offs = []
-        for lane in range(32):
-            wtid = 32 * warp + lane
-            row, half = wtid // 2, wtid % 2
-            offs.append((row, half, m.stage_load_offset(row, half)))
-        for k in range(32 * elem // 16):
-            addrs = []
-            for row, half, off in offs:
-                addr = off + 16 * k
-                addrs.append(addr)
-                first = 32 * half + 16 * k // elem
-                for b in range(16):
-                    assert owner[addr + b] == (row, first + b // elem), (row, half, k, b)
-            load_ways.append(_max_bank_ways(addrs, 16))
-    assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
+    _check_stores_then_loads(m, owner, store_ways)
 
 
 def test_stsm_restage_layout():
@@ -113,24 +121,7 @@ def test_stsm_restage_layout():
                                 key = addrs[8 * i + r] + 4 * k + b
                                 assert key not in owner, "two stores share a byte"
                                 owner[key] = value
-    assert len(owner) == 64 * 64 * elem
-    assert min(owner) >= 0 and max(owner) < m.STAGE_BUF_BYTES, "stores leave the buffer"
-    assert max(store_ways) == 1, f"store bank conflicts: {max(store_ways)}-way"
-    load_ways = []
-    for warp in range(4):
-        offs = []
-        for lane in range(32):
-            wtid = 32 * warp + lane
-            row, half = wtid // 2, wtid % 2
-            offs.append((row, half, m.stage_load_offset(row, half)))
-        for k in range(8):
-            addrs = []
-            for row, half, off in offs:
-                addrs.append(off + 16 * k)
-                for b in range(16):
-                    assert owner[off + 16 * k + b] == (row, 32 * half + 4 * k + b // elem)
-            load_ways.append(_max_bank_ways(addrs, 16))
-    assert max(load_ways) == 1, f"load bank conflicts: {max(load_ways)}-way"
+    _check_stores_then_loads(m, owner, store_ways)
 
 
 def test_stsm_restage_switch_and_spec():
