@@ -11,21 +11,11 @@ import os
 
 import numpy as np
 import pytest
+from test_nvfp4_sr import MASK, U32, bits, f32
 
 from cutequant.codegen import specs as S
 from cutequant.kernels import fake_quant as fq
 from cutequant.kernels import nvfp4_sr as srq
-
-U32 = np.uint32
-MASK = 0xFFFFFFFF
-
-
-def f32(b) -> np.ndarray:
-    return np.asarray(b, dtype=U32).view(np.float32)
-
-
-def bits(x) -> np.ndarray:
-    return np.asarray(x, dtype=np.float32).view(U32)
 
 
 def floor_rz(t: np.ndarray, big: np.ndarray) -> np.ndarray:
