@@ -159,13 +159,7 @@ def nvfp4_fake_quantize_rows_impl(
     y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
-        spec = _spec(
-            FakeQuantRowsSpec,
-            arch=arch,
-            stochastic=stochastic_rounding,
-            out_dtype=FAKE_DTYPES[out_dtype],
-            sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols, arch),
-        )
+        spec = _kernel_spec(FakeQuantRowsSpec, arch, stochastic_rounding, out_dtype, m_rows, n_cols)
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
         _launch.run(
             spec,
@@ -209,13 +203,7 @@ def nvfp4_fake_quantize_columnwise_impl(
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
-    spec = _spec(
-        FakeQuantColsSpec,
-        arch=arch,
-        stochastic=stochastic_rounding,
-        out_dtype=FAKE_DTYPES[out_dtype],
-        sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols, arch),
-    )
+    spec = _kernel_spec(FakeQuantColsSpec, arch, stochastic_rounding, out_dtype, m_rows, n_cols)
     stream = _launch.raw_stream(dev)
     layout, amax_in, amax_col, copy_count = _amax_and_layout(
         x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
@@ -245,6 +233,18 @@ def nvfp4_fake_quantize_columnwise_impl(
     else:
         _copy_without_launch(amax_in, amax_col, copy_count)
     return y, amax_col
+
+
+def _kernel_spec(cls, arch, stochastic_rounding, out_dtype, m_rows: int, n_cols: int):
+    """The rows or columnwise (``cls``) fake-quant kernel for a call: its arch, rounding, output
+    dtype and whether it takes ``sr_trim`` (``_sr_trim``: the switch and the call's size)."""
+    return _spec(
+        cls,
+        arch=arch,
+        stochastic=stochastic_rounding,
+        out_dtype=FAKE_DTYPES[out_dtype],
+        sr_trim=_sr_trim(stochastic_rounding, m_rows, n_cols, arch),
+    )
 
 
 @functools.cache
