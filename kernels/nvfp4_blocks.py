@@ -19,14 +19,17 @@ def bf16_words_to_f32(words):
     return out
 
 
-def bf16_block_amaxes(words):
-    """Non-negative |max| of the two 16-element blocks in 16 packed bf16 words (bf16x2 trees)."""
+def bf16_block_amaxes(words, pair_absmax=None):
+    """Non-negative |max| of the two 16-element blocks in 16 packed bf16 words (bf16x2 trees).
+    ``pair_absmax``: each tree's last step, its bf16x2 word -> the block's fp32 |max|
+    (default ``device.bf16x2_pair_absmax``; the FMA encoder's kernels pass theirs)."""
+    last = dev.bf16x2_pair_absmax if pair_absmax is None else pair_absmax
     amaxes = []
     for first in (0, 8):
         level = list(words[first : first + 8])
         while len(level) > 1:
             level = [dev.bf16x2_absmax(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-        amaxes.append(dev.bf16x2_pair_absmax(level[0]))
+        amaxes.append(last(level[0]))
     return amaxes
 
 

@@ -46,6 +46,7 @@ from cutlass import Uint32
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 from cutequant.kernels import device as dev
+from cutequant.kernels import nvfp4_blocks as blocks
 from cutequant.kernels import nvfp4_trim as trim
 
 # bf16x2 constants of the pair step (tests/test_e2m1_fma.py checks them against the PTX)
@@ -120,14 +121,13 @@ def _pair_absmax_low(word: Uint32, *, loc=None, ip=None) -> Uint32:
     return Uint32(dev._asm(T.i32(), _PAIR_ABSMAX, "=r,r", dev._ir((word,), (Uint32,), loc, ip)))
 
 
+def _pair_absmax(word: Uint32):
+    """A block tree's last step folded in bf16 (``_pair_absmax_low``), widened to fp32 (the
+    |.| folds into the consumer's FMUL)."""
+    return cute.math.absf(dev.bits_f32(_pair_absmax_low(word) << 16))
+
+
 def bf16_block_amaxes(words):
-    """``nvfp4_blocks.bf16_block_amaxes`` (the same bf16x2 trees), each block's pair folded in
-    bf16 (``_pair_absmax_low``): non-negative |max| of the two 16-element blocks in 16 words
-    (the |.| folds into the consumer's FMUL)."""
-    amaxes = []
-    for first in (0, 8):
-        level = list(words[first : first + 8])
-        while len(level) > 1:
-            level = [dev.bf16x2_absmax(level[i], level[i + 1]) for i in range(0, len(level), 2)]
-        amaxes.append(cute.math.absf(dev.bits_f32(_pair_absmax_low(level[0]) << 16)))
-    return amaxes
+    """``nvfp4_blocks.bf16_block_amaxes`` (the same bf16x2 trees) with each block's pair folded
+    in bf16 (``_pair_absmax``): non-negative |max| of the two 16-element blocks in 16 words."""
+    return blocks.bf16_block_amaxes(words, _pair_absmax)
