@@ -501,10 +501,17 @@ def pack_e2m1x8(v, code_bits) -> Uint32:
     Signs: PRMT sign-replicate of each value's top byte, masked into bits 3 / 7 of each byte."""
     pairs = [code_bits[2 * j] + (code_bits[2 * j + 1] << 4) for j in range(4)]
     codes = prmt(pairs[0] + (pairs[1] << 8), pairs[2] + (pairs[3] << 8), 0x5410)
-    bits = [f32_bits(v[i]) for i in range(8)]
+    even, odd = sign_bytes([f32_bits(v[i]) for i in range(8)])
+    return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
+
+
+def sign_bytes(bits) -> tuple:
+    """Eight fp32 bit patterns -> (even, odd): byte i of ``even`` is 0xFF where value 2 i is
+    negative (bit 31), else 0x00; ``odd`` likewise for value 2 i + 1 (sign-replicating PRMTs,
+    six for eight values)."""
     even = prmt(prmt(bits[0], bits[2], 0x00FB), prmt(bits[4], bits[6], 0x00FB), 0x5410)
     odd = prmt(prmt(bits[1], bits[3], 0x00FB), prmt(bits[5], bits[7], 0x00FB), 0x5410)
-    return codes | (even & Uint32(0x08080808)) | (odd & Uint32(0x80808080))
+    return even, odd
 
 
 # Packed e2m1 RNE: two values per bf16x2 instruction (perf/NOTES.md, "Issue 17").

@@ -27,7 +27,7 @@ and its random byte LOP3 / SHF + FADD):
    they become code 7), one AND keeps the codes.
 3. **Nibbles by IMAD.** Pair j's codes go to nibbles j and j + 4, 16 bits apart as in the pair
    word: sum_j (M_j shifted by 4 j - 6), two IMAD.HI (right shifts) and two IMADs (left shifts,
-   by the opaque 16 and 4). Signs: the sign-replicating PRMT tree of ``device.pack_e2m1x8``
+   by the opaque 16 and 4). Signs: the sign-replicating PRMT tree of ``device.sign_bytes``
    (bytes 0x00 / 0xFF = 255 * sign), put at bit 3 / 7 of each byte by the multipliers of
    ``nvfp4_fma`` (IMAD), as the FMA encoder does.
 
@@ -125,9 +125,7 @@ def e2m1x8_sr(v, words: list, first: int, consts) -> Uint32:
     zero, sixteen, four = consts
     g = [value_grid(v[j], words[(first + j) // 4], zero, (first + j) % 4) for j in range(8)]
     m = [pair_codes(g[j], g[j + 4]) for j in range(4)]
-    bits = [dev.f32_bits(x) for x in v]
-    even = dev.prmt(dev.prmt(bits[0], bits[2], 0x00FB), dev.prmt(bits[4], bits[6], 0x00FB), 0x5410)
-    odd = dev.prmt(dev.prmt(bits[1], bits[3], 0x00FB), dev.prmt(bits[5], bits[7], 0x00FB), 0x5410)
+    even, odd = dev.sign_bytes([dev.f32_bits(x) for x in v])
     w = trim.mul_hi_imm(m[0], 1 << 26)  # pair 0: >> 6
     w = mad_hi_imm(m[1], 1 << 30, w)  # pair 1: >> 2
     w = trim.mad_lo(trim.mad_lo(m[3], sixteen, m[2]), four, w)  # pairs 2, 3: << 2, << 6
