@@ -491,6 +491,12 @@ DEQUANT_DEFAULT_CACHE_HINTS = "ldst"
 # a run-time argument of that variant; the runtime's plan, runtime/dequant.py _tail_plan, picks
 # how many row tiles go to them)
 DEQUANT_TAIL_SUBTILES = (1, 2)
+# The FP8 columnwise 256-token ring tiles transposed in registers instead of shared memory
+# (DequantizeSpec.col_regs, threads per CTA; 0, off, is left out of the key): a lane decodes 8
+# adjacent columns x 16 (128 threads) or 8 (256 threads) tokens and stores each token's 8
+# columns, no stmatrix / LDS / barrier; every warp is independent of the others
+# (perf/NOTES.md, "FP8 transposed dequantize in registers"; runtime/dequant.py COLUMNWISE_REGS)
+DEQUANT_COL_REGS = (0, 128, 256)
 
 
 def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:
@@ -538,10 +544,23 @@ class DequantizeSpec(KernelSpec):
     # 1 or 2 64-row sub-tiles each (a run-time argument) instead of 4, so that the walk ends in
     # short CTAs (False, the default, is left out of the key)
     col_tail: bool = False
+    # DEQUANT_COL_REGS: FP8 256-token ring tiles (16-bit outputs) transposed in registers, with
+    # this many threads per CTA (0, the default, is left out of the key)
+    col_regs: int = 0
 
     def __post_init__(self):
         super().__post_init__()
         transposes = self.columnwise and not self.transposed_out
+        if self.col_regs not in DEQUANT_COL_REGS or (
+            self.col_regs
+            and not (
+                transposes and self.fmt != "nvfp4" and self.col_ring and self.out_dtype != "f32"
+            )
+        ):
+            raise ValueError(
+                f"col_regs must be one of {DEQUANT_COL_REGS} (non-zero: FP8 256-token ring "
+                f"tiles with 16-bit outputs only), got {self.col_regs!r}"
+            )
         if self.cache_hints not in DEQUANT_CACHE_HINTS:
             raise ValueError(
                 f"cache_hints must be one of {DEQUANT_CACHE_HINTS}, got {self.cache_hints!r}"
@@ -587,6 +606,8 @@ class DequantizeSpec(KernelSpec):
             del out["cache_hints"]
         if not out["col_tail"]:
             del out["col_tail"]
+        if not out["col_regs"]:
+            del out["col_regs"]
         return out
 
     def render_fields(self) -> dict:
@@ -597,6 +618,7 @@ class DequantizeSpec(KernelSpec):
             "col_scale_words": self.col_scale_words,
             "cache_hints": self.cache_hints,
             "col_tail": self.col_tail,
+            "col_regs": self.col_regs,
         }
 
 
@@ -719,11 +741,13 @@ class FakeQuantColsSpec(_FakeQuantSrTrim, KernelSpec):
 
 
 def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
-    """The dequantize variants the module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL``
-    select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short calls"): every
-    dequantize kernel without cache hints (the form before "ldst" became the default), "ld" /
-    "st" alone on the bf16 ones the bench times (compact scales), and tail CTAs on every
-    256-token ring kernel. tests/test_compile.py compiles them, tests/test_codegen.py lints them."""
+    """The dequantize variants the module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL`` /
+    ``COLUMNWISE_REGS`` select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short
+    calls"): every dequantize kernel without cache hints (the form before "ldst" became the
+    default), "ld" / "st" alone on the bf16 ones the bench times (compact scales), tail CTAs on
+    every 256-token ring kernel, and the FP8 ring kernels with 16-bit outputs transposed in
+    registers (``col_regs``, both thread counts). tests/test_compile.py compiles them,
+    tests/test_codegen.py lints them."""
     base = [s for s in recipe_variants(arch) if isinstance(s, DequantizeSpec)]
     bf16 = [s for s in base if s.out_dtype == "bf16"]
     out: list[KernelSpec] = [dataclasses.replace(s, cache_hints="") for s in base]
@@ -734,6 +758,12 @@ def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         for hints in ("ld", "st")
     ]
     out += [dataclasses.replace(s, col_tail=True) for s in base if s.col_ring]
+    out += [
+        dataclasses.replace(s, col_regs=threads)
+        for s in base
+        if s.col_ring and s.fmt != "nvfp4" and s.out_dtype != "f32"
+        for threads in DEQUANT_COL_REGS[1:]
+    ]
     return out
 
 

@@ -240,6 +240,14 @@ def rht_sign_words(sign_mask: Int32, out_dtype: str) -> list:
     ]
 
 
+def rows_of_columns(cols: list) -> list:
+    """``cols[j][t]``, value t of column j of 8 adjacent columns -> ``rows[t]``, the 8 columns'
+    value t in column order, which ``pack_out`` pairs into output words (column 2p in the low
+    half): the columnwise tile transposed in registers (DequantizeSpec.col_regs) costs no
+    instruction, only the choice of the fp32 registers each packing conversion reads."""
+    return [[col[t] for col in cols] for t in range(len(cols[0]))]
+
+
 def pack_out(vals: list, out_dtype: str) -> list:
     """fp32 values -> 32-bit words of ``out_dtype`` (RNE; element 0 lowest)."""
     if out_dtype == "f32":

@@ -27,6 +27,7 @@ import torch
 from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import _num_groups
 from cutequant.codegen.specs import (
+    DEQUANT_COL_REGS,
     DEQUANT_DEFAULT_CACHE_HINTS,
     DEQUANT_TAIL_SUBTILES,
     DequantizeSpec,
@@ -79,6 +80,14 @@ CACHE_HINTS = DEQUANT_DEFAULT_CACHE_HINTS
 COLUMNWISE_TAIL = 0
 COLUMNWISE_TAIL_WAVES = 0.5
 COLUMNWISE_HEAD_WAVES = 0.0
+# The FP8 columnwise 256-token ring tiles transposed in registers (a compile variant,
+# DequantizeSpec.col_regs, read when the spec is built; 16-bit outputs only, other kernels
+# ignore it): 0, off (the default: shared-memory staging through the sub-tile ring, 4 barriers
+# per tile); 128 or 256, the threads per CTA of the register transpose (a lane decodes 8
+# adjacent columns x 16 or 8 tokens and stores each token's 8 columns; no shared memory, no
+# barrier) (perf/NOTES.md, "FP8 transposed dequantize in registers";
+# perf/probes/dequant_walk.py --ab regs)
+COLUMNWISE_REGS = 0
 # the plan's resident CTAs (None: SMs x the kernel's CTAs per SM); the GPU tests set a few, so
 # that their small cases get tail CTAs too
 COLUMNWISE_TAIL_SLOTS = None
@@ -89,7 +98,7 @@ def _round_up(a: int, b: int) -> int:
 
 
 def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=False):
-    tokens, ring, words, tail = 64, 0, False, False
+    tokens, ring, words, tail, regs = 64, 0, False, False, 0
     if columnwise and not transposed_out:
         tokens, ring, words = dequant_columnwise_defaults(fmt, swizzled)
         tokens = tokens if COLUMNWISE_TOKENS is None else COLUMNWISE_TOKENS
@@ -100,13 +109,17 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=F
         if COLUMNWISE_TAIL not in (0, *DEQUANT_TAIL_SUBTILES):
             raise ValueError(f"COLUMNWISE_TAIL: 0 or one of {DEQUANT_TAIL_SUBTILES}")
         tail = bool(COLUMNWISE_TAIL) and ring != 0
-    flags = (tokens, ring, words, CACHE_HINTS, tail)
+        if COLUMNWISE_REGS not in DEQUANT_COL_REGS:
+            raise ValueError(f"COLUMNWISE_REGS: one of {DEQUANT_COL_REGS}")
+        fp8_16bit = fmt != "nvfp4" and out_dtype != "f32"
+        regs = COLUMNWISE_REGS if ring != 0 and fp8_16bit else 0
+    flags = (tokens, ring, words, CACHE_HINTS, tail, regs)
     return _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, flags)
 
 
 @functools.cache
 def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, flags):
-    tokens, ring, words, hints, tail = flags
+    tokens, ring, words, hints, tail, regs = flags
     return DequantizeSpec(
         arch=arch,
         fmt=fmt,
@@ -120,6 +133,7 @@ def _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transpose
         col_scale_words=words,
         cache_hints=hints,
         col_tail=tail,
+        col_regs=regs,
     )
 
 
@@ -496,6 +510,7 @@ def _replayed(result, flags: tuple, out_dtype, checked) -> torch.Tensor:
         COLUMNWISE_TAIL_WAVES,
         COLUMNWISE_HEAD_WAVES,
         COLUMNWISE_TAIL_SLOTS,
+        COLUMNWISE_REGS,
     )
     key = (id(outputs.spans), which, flags, tuple(map(type, flags)), out_dtype, stream,
            layout_flags)  # fmt: skip

@@ -129,23 +129,26 @@ def test_every_field_changes_the_keys(spec):
 
 
 def test_module_name_hashes_included_parts(monkeypatch):
-    """nvfp4_quantize.py.j2 includes its consumers (nvfp4_quantize_rows.j2 / _cols.j2): an edit
-    to a part renames the module; families without parts hash their own template alone."""
+    """nvfp4_quantize.py.j2 includes its consumers (nvfp4_quantize_rows.j2 / _cols.j2),
+    dequantize.py.j2 its register-transposed FP8 tile (dequantize_cols_regs.j2): an edit to a
+    part renames the modules of its family only; families without parts hash their own
+    template alone."""
     R = importlib.import_module("cutequant.codegen.render")
     assert R.template_parts("nvfp4_quantize.py.j2") == (
         "nvfp4_quantize.py.j2",
         "nvfp4_quantize_cols.j2",
         "nvfp4_quantize_rows.j2",
     )
-    assert R.template_parts("dequantize.py.j2") == ("dequantize.py.j2",)
+    assert R.template_parts("dequantize.py.j2") == ("dequantize.py.j2", "dequantize_cols_regs.j2")
+    assert R.template_parts("fp8_tile_cast.py.j2") == ("fp8_tile_cast.py.j2",)
     nv, dq = S.Nvfp4QuantizeSpec(), S.DequantizeSpec()
     before = module_name(nv), module_name(dq)
     text = R.template_text
-    for part in ("nvfp4_quantize_rows.j2", "nvfp4_quantize_cols.j2"):
+    for part in ("nvfp4_quantize_rows.j2", "nvfp4_quantize_cols.j2", "dequantize_cols_regs.j2"):
         edited = lambda name, part=part: text(name) + ("# edit\n" if name == part else "")  # noqa: E731
         monkeypatch.setattr(R, "template_text", edited)
-        assert module_name(nv) != before[0], part
-        assert module_name(dq) == before[1], part
+        assert (module_name(nv) != before[0]) == part.startswith("nvfp4"), part
+        assert (module_name(dq) != before[1]) == part.startswith("dequantize"), part
 
 
 def test_fake_quant_kernels_render_the_issue20_forms():
@@ -403,6 +406,47 @@ def test_dequantize_hint_and_tail_keys():
     finally:
         dequant.CACHE_HINTS, dequant.COLUMNWISE_TAIL = "ldst", 0
     assert dequant._spec(*args) in set(cli.all_specs("sm_90a"))
+
+
+def test_dequantize_regs_keys():
+    """``col_regs`` 0 stays out of the key (the default kernels keep their keys), 128 / 256 are
+    other kernels; it needs FP8 256-token ring tiles with 16-bit outputs; the runtime's flag
+    ``dequant.COLUMNWISE_REGS`` (default 0) maps to it for those kernels only."""
+    from cutequant import dequant
+
+    assert dequant.COLUMNWISE_REGS == 0
+    ring = S.DequantizeSpec(fmt="e4m3", columnwise=True, col_tokens=256, col_ring=8)
+    assert "col_regs" not in ring.key()
+    keys = {dataclasses.replace(ring, col_regs=t).key() for t in S.DEQUANT_COL_REGS}
+    assert len(keys) == len(S.DEQUANT_COL_REGS)
+    for bad in (
+        {"col_regs": 64},
+        {"fmt": "nvfp4", "col_regs": 128},
+        {"out_dtype": "f32", "col_regs": 128},
+        {"col_ring": 0, "col_regs": 128},
+        {"columnwise": False, "col_tokens": 64, "col_ring": 0, "col_regs": 128},
+    ):
+        with pytest.raises(ValueError, match="col_regs"):
+            dataclasses.replace(ring, **bad)
+    try:
+        for threads in S.DEQUANT_COL_REGS[1:]:
+            dequant.COLUMNWISE_REGS = threads
+            spec = dequant._spec("sm_90a", "e5m2", True, False, False, "f16")
+            assert (spec.col_regs, spec.col_ring, spec.col_tokens) == (threads, 8, 256)
+            assert spec in set(S.dequant_ab_variants())
+            for args in (
+                ("e4m3", True, False, False, "f32"),
+                ("e4m3", False, False, False, "bf16"),
+                ("nvfp4", True, False, False, "bf16"),
+                ("nvfp4", True, True, False, "bf16"),
+            ):
+                assert dequant._spec("sm_90a", *args).col_regs == 0
+        dequant.COLUMNWISE_REGS = 64
+        with pytest.raises(ValueError, match="COLUMNWISE_REGS"):
+            dequant._spec("sm_90a", "e4m3", True, False, False, "bf16")
+    finally:
+        dequant.COLUMNWISE_REGS = 0
+    assert dequant._spec("sm_90a", "e4m3", True, False, False, "bf16").col_regs == 0
 
 
 def test_dequantize_runtime_specs_are_precompiled():

@@ -79,8 +79,8 @@ def test_longer_columnwise_dequantize_tiles_compile(spec, tmp_path, launch_smem)
 @pytest.mark.parametrize("spec", S.dequant_ab_variants(), ids=lambda s: s.describe())
 def test_dequantize_hint_and_tail_variants_compile(spec, tmp_path, launch_smem):
     """The dequantize A/B variants (``specs.dequant_ab_variants``: ``cache_hints``, ``col_tail``,
-    module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL``) compile, within 16 KB of shared
-    memory as their bases."""
+    ``col_regs``, module flags ``dequant.CACHE_HINTS`` / ``COLUMNWISE_TAIL`` /
+    ``COLUMNWISE_REGS``) compile, within 16 KB of shared memory as their bases."""
     _check_compiled(jit.compile_spec(spec), tmp_path)
     assert len(launch_smem) == 1 and int(launch_smem[0]) <= 16 * 1024 + 1024
 

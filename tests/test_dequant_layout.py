@@ -480,3 +480,77 @@ def test_columnwise_tiles_cover_groups(fmt, out_dtype, tokens, ring, words, tail
                 at = (n + 127) // 128 * 128 * scale_col0[g] + col * cg[g]
                 want[at : at + rows // 16] = 1
         assert (scale_reads == want).all()
+
+
+@pytest.mark.parametrize("tail", [0, *specs.DEQUANT_TAIL_SUBTILES])
+@pytest.mark.parametrize("threads", [t for t in specs.DEQUANT_COL_REGS if t])
+def test_columnwise_regs_tiles_cover_groups(threads, tail):
+    """The FP8 columnwise tile transposed in registers (``DequantizeSpec.col_regs``), emulated
+    lane by lane from the template's ``regs_lane`` and address formulas, ``find_tiles``' rules
+    and ``dq.rows_of_columns`` (the pairing ``pack_out`` packs: column 2p low, 2p + 1 high) over
+    the uneven groups of ``test_columnwise_tiles_cover_groups``: each data byte read once, each
+    output value written once and from the input element of its own (token, column), whole
+    32-byte sectors per warp load (where column rows are sector-aligned) and per warp store."""
+    spec = specs.DequantizeSpec(
+        fmt="e4m3",
+        columnwise=True,
+        out_dtype="bf16",
+        col_tokens=256,
+        col_ring=8,
+        col_regs=threads,
+        col_tail=bool(tail),
+    )
+    m = jit.load_module(spec)
+    assert m.THREADS == threads and m.TOKENS * 4 * (m.THREADS // 32) == m.TILE_ROWS
+    splits = [16, 48, 0, 64, 80, 144, 0, 256, 32, 208, 112, 16]
+    n = 272
+    row_start = np.cumsum([0, *splits])
+    data_reads = np.zeros(sum(splits) * n, np.int64)
+    writes = np.zeros((sum(splits), n), np.int64)
+    row_tiles = sum(-(-r // 64) for r in splits)
+    col_tiles = -(-n // m.TILE_COLS)
+    ctas = _plan_ctas(row_tiles, col_tiles, tail, slots=24, head=0.4 if tail == 2 else 0)
+
+    def element(addr: int) -> tuple:
+        """(row, column) of x whose fp8 byte sits at ``addr`` of the columnwise data."""
+        g = int(np.searchsorted(row_start, addr // n, side="right")) - 1
+        off = addr - row_start[g] * n  # within group g's [N, M_g] block
+        return row_start[g] + off % splits[g], off // splits[g]
+
+    for col_tile in range(col_tiles):
+        for first_tile, n_sub in ctas:
+            where = _find_tiles(splits, first_tile, m.SUBTILES, n_sub if tail else None)
+            loads = collections.defaultdict(list)  # (warp, j) -> the warp's load addresses
+            stores = collections.defaultdict(list)  # (warp, token) -> its store addresses
+            for tidx in range(m.THREADS):
+                sub, tok, col = m.regs_lane(tidx)
+                _, row0, rows, tl = where[sub]
+                col = col_tile * m.TILE_COLS + col
+                first = tl * m.SUB_ROWS + tok
+                if not (col < n and first < rows):
+                    continue
+                assert first + m.TOKENS <= rows  # all of the lane's tokens exist
+                src = [row0 * n + (col + j) * rows + first for j in range(8)]
+                for j, a in enumerate(src):
+                    data_reads[a : a + m.TOKENS] += 1
+                    loads[tidx >> 5, j].append(a)
+                # cols[j][t]: the input byte (its address) of column j, token t; then the words
+                # of token t: pack_out pairs rows[t][2p] (low) and rows[t][2p + 1] (high)
+                cols = [[a + t for t in range(m.TOKENS)] for a in src]
+                for t, vals in enumerate(dq.rows_of_columns(cols)):
+                    out_row = row0 + first + t
+                    for p in range(4):
+                        for half in range(2):
+                            assert element(vals[2 * p + half]) == (out_row, col + 2 * p + half)
+                    writes[out_row, col : col + 8] += 1
+                    stores[tidx >> 5, t].append((out_row * n + col) * 2)
+            for (warp, _), addrs in loads.items():
+                # column rows start on sector boundaries when M_g is a multiple of 32; a warp's
+                # lanes all work on one sub-tile, full or not
+                _, _, rows, tl = where[m.regs_lane(32 * warp)[0]]
+                whole = rows % 32 == 0 and rows - tl * m.SUB_ROWS >= m.SUB_ROWS
+                assert _sectors_whole(addrs, m.TOKENS, partial_ok=not whole)
+            for addrs in stores.values():
+                assert _sectors_whole(addrs, 16, partial_ok=False)
+    assert (data_reads == 1).all()
+    assert (writes == 1).all()

@@ -23,7 +23,13 @@ graph replay), checking first that every side gives the same bits on every op an
   variant plus kernel arguments): 0 off, 1 or 2 sub-tiles per short CTA at the walk's end;
   ``--with COLUMNWISE_TAIL_WAVES=0.25`` changes how much work the plan gives them, ``--with
   COLUMNWISE_HEAD_WAVES=1`` adds a wave of short CTAs at the start (perf/NOTES.md, "short
-  calls").
+  calls");
+* ``--ab regs``: the FP8 columnwise ring tiles transposed in registers
+  (``dequant.COLUMNWISE_REGS``, a compile variant; 16-bit outputs; the NVFP4 ops are the same
+  kernel on every side, so give ``--ops fp8_dequantize_col``): 0, shared-memory staging
+  through the sub-tile ring (the default); 128 / 256, the threads per CTA of the register
+  transpose (no shared memory, no barrier) (perf/NOTES.md, "FP8 transposed dequantize in
+  registers").
 
 Each op and case is built once (inputs and quantized results); the sides are switched between
 the timings (the module flags are read when a call builds its spec; replay records are keyed
@@ -58,6 +64,7 @@ ABS = {
     "walk": ("COLUMNWISE_ROW_TILES_FIRST", (False, True), lambda v: v == "True"),
     "hints": ("CACHE_HINTS", ("", "ld", "st", "ldst"), lambda v: "" if v == "none" else v),
     "tail": ("COLUMNWISE_TAIL", (0, 1, 2), int),
+    "regs": ("COLUMNWISE_REGS", (0, 128, 256), int),
 }
 # flags --with may set (name: parse)
 EXTRA = {
@@ -69,6 +76,7 @@ EXTRA = {
     "COLUMNWISE_TAIL": int,
     "COLUMNWISE_TAIL_WAVES": float,
     "COLUMNWISE_HEAD_WAVES": float,
+    "COLUMNWISE_REGS": int,
 }
 
 
