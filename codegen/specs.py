@@ -497,6 +497,19 @@ DEQUANT_TAIL_SUBTILES = (1, 2)
 # columns, no stmatrix / LDS / barrier; every warp is independent of the others
 # (perf/NOTES.md, "FP8 transposed dequantize in registers"; runtime/dequant.py COLUMNWISE_REGS)
 DEQUANT_COL_REGS = (0, 128, 256)
+# The default, 128 threads: H200 run 74 (twelfth session, `perf/probes/dequant_walk.py --ab regs
+# --values 0,128,256`, two processes x 3 rounds, bits identical), FP8 transposed e4m3 -> bf16,
+# % of copy, dense / 8 uneven / 64 / 256 groups: shared-memory ring 77.3-78.1 / 76.8-77.2 /
+# 80.2-80.5 / 81.7-81.9 -> 82.5-83.6 / 84.5-84.8 / 86.6-86.9 / 86.1-86.2 (256 threads:
+# 77.9-79.0 / 78.7-79.0 / 81.5-81.7 / 81.2-81.3).
+DEQUANT_DEFAULT_COL_REGS = 128
+
+
+def dequant_col_regs_default(fmt: str, out_dtype: str) -> int:
+    """``col_regs`` of a columnwise dequantize transposed back on 256-token ring tiles, as the
+    runtime picks it and precompile builds it: the register transpose for FP8 with 16-bit
+    outputs, 0 (shared-memory staging) otherwise."""
+    return DEQUANT_DEFAULT_COL_REGS if fmt != "nvfp4" and out_dtype != "f32" else 0
 
 
 def dequant_columnwise_defaults(fmt: str, swizzled: bool) -> tuple[int, int, bool]:
@@ -745,8 +758,9 @@ def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
     ``COLUMNWISE_REGS`` select for A/B on the GPU (not in ``all_specs``; perf/NOTES.md, "short
     calls"): every dequantize kernel without cache hints (the form before "ldst" became the
     default), "ld" / "st" alone on the bf16 ones the bench times (compact scales), tail CTAs on
-    every 256-token ring kernel, and the FP8 ring kernels with 16-bit outputs transposed in
-    registers (``col_regs``, both thread counts). tests/test_compile.py compiles them,
+    every 256-token ring kernel, and the FP8 ring kernels with 16-bit outputs with the other
+    ``col_regs`` choices (shared-memory staging, the form before the register transpose became
+    the default, and 256 threads). tests/test_compile.py compiles them,
     tests/test_codegen.py lints them."""
     base = [s for s in recipe_variants(arch) if isinstance(s, DequantizeSpec)]
     bf16 = [s for s in base if s.out_dtype == "bf16"]
@@ -762,7 +776,8 @@ def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
         dataclasses.replace(s, col_regs=threads)
         for s in base
         if s.col_ring and s.fmt != "nvfp4" and s.out_dtype != "f32"
-        for threads in DEQUANT_COL_REGS[1:]
+        for threads in DEQUANT_COL_REGS
+        if threads != s.col_regs
     ]
     return out
 
@@ -799,6 +814,7 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
                         out_dtype=out_dtype,
                         col_tokens=tokens if columnwise else 64,
                         col_ring=ring if columnwise else 0,
+                        col_regs=dequant_col_regs_default(fmt, out_dtype) if columnwise else 0,
                     )
                 )
     for out_dtype in ("bf16", "f16"):

@@ -31,6 +31,7 @@ from cutequant.codegen.specs import (
     DEQUANT_DEFAULT_CACHE_HINTS,
     DEQUANT_TAIL_SUBTILES,
     DequantizeSpec,
+    dequant_col_regs_default,
     dequant_columnwise_defaults,
 )
 
@@ -82,12 +83,13 @@ COLUMNWISE_TAIL_WAVES = 0.5
 COLUMNWISE_HEAD_WAVES = 0.0
 # The FP8 columnwise 256-token ring tiles transposed in registers (a compile variant,
 # DequantizeSpec.col_regs, read when the spec is built; 16-bit outputs only, other kernels
-# ignore it): 0, off (the default: shared-memory staging through the sub-tile ring, 4 barriers
-# per tile); 128 or 256, the threads per CTA of the register transpose (a lane decodes 8
-# adjacent columns x 16 or 8 tokens and stores each token's 8 columns; no shared memory, no
-# barrier) (perf/NOTES.md, "FP8 transposed dequantize in registers";
-# perf/probes/dequant_walk.py --ab regs)
-COLUMNWISE_REGS = 0
+# ignore it): 0, shared-memory staging through the sub-tile ring (4 barriers per tile); 128 or
+# 256, the threads per CTA of the register transpose (a lane decodes 8 adjacent columns x 16
+# or 8 tokens and stores each token's 8 columns; no shared memory, no barrier); None, the
+# default of the specs precompile builds (specs.dequant_col_regs_default: 128, 5-8 points of
+# copy more than the ring on the H200) (perf/NOTES.md, "FP8 transposed dequantize in
+# registers"; perf/probes/dequant_walk.py --ab regs)
+COLUMNWISE_REGS = None
 # the plan's resident CTAs (None: SMs x the kernel's CTAs per SM); the GPU tests set a few, so
 # that their small cases get tail CTAs too
 COLUMNWISE_TAIL_SLOTS = None
@@ -109,10 +111,11 @@ def _spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out=F
         if COLUMNWISE_TAIL not in (0, *DEQUANT_TAIL_SUBTILES):
             raise ValueError(f"COLUMNWISE_TAIL: 0 or one of {DEQUANT_TAIL_SUBTILES}")
         tail = bool(COLUMNWISE_TAIL) and ring != 0
-        if COLUMNWISE_REGS not in DEQUANT_COL_REGS:
-            raise ValueError(f"COLUMNWISE_REGS: one of {DEQUANT_COL_REGS}")
-        fp8_16bit = fmt != "nvfp4" and out_dtype != "f32"
-        regs = COLUMNWISE_REGS if ring != 0 and fp8_16bit else 0
+        if COLUMNWISE_REGS not in (None, *DEQUANT_COL_REGS):
+            raise ValueError(f"COLUMNWISE_REGS: None or one of {DEQUANT_COL_REGS}")
+        regs = dequant_col_regs_default(fmt, out_dtype)
+        regs = regs if COLUMNWISE_REGS is None or not regs else COLUMNWISE_REGS
+        regs = regs if ring != 0 else 0
     flags = (tokens, ring, words, CACHE_HINTS, tail, regs)
     return _cached_spec(arch, fmt, columnwise, undo_rht, swizzled, out_dtype, transposed_out, flags)
 

@@ -409,12 +409,13 @@ def test_dequantize_hint_and_tail_keys():
 
 
 def test_dequantize_regs_keys():
-    """``col_regs`` 0 stays out of the key (the default kernels keep their keys), 128 / 256 are
-    other kernels; it needs FP8 256-token ring tiles with 16-bit outputs; the runtime's flag
-    ``dequant.COLUMNWISE_REGS`` (default 0) maps to it for those kernels only."""
+    """``col_regs`` 0 stays out of the key (the shared-memory staging keeps its key), 128 / 256
+    are other kernels; it needs FP8 256-token ring tiles with 16-bit outputs; the runtime's
+    flag ``dequant.COLUMNWISE_REGS`` (None: the default, 128, the kernel precompile builds)
+    maps to it for those kernels only."""
     from cutequant import dequant
 
-    assert dequant.COLUMNWISE_REGS == 0
+    assert dequant.COLUMNWISE_REGS is None
     ring = S.DequantizeSpec(fmt="e4m3", columnwise=True, col_tokens=256, col_ring=8)
     assert "col_regs" not in ring.key()
     keys = {dataclasses.replace(ring, col_regs=t).key() for t in S.DEQUANT_COL_REGS}
@@ -428,12 +429,15 @@ def test_dequantize_regs_keys():
     ):
         with pytest.raises(ValueError, match="col_regs"):
             dataclasses.replace(ring, **bad)
+    default = dequant._spec("sm_90a", "e5m2", True, False, False, "f16")
+    assert (default.col_regs, default.col_ring, default.col_tokens) == (128, 8, 256)
+    assert default in set(cli.all_specs("sm_90a"))
     try:
-        for threads in S.DEQUANT_COL_REGS[1:]:
+        for threads in S.DEQUANT_COL_REGS:
             dequant.COLUMNWISE_REGS = threads
             spec = dequant._spec("sm_90a", "e5m2", True, False, False, "f16")
             assert (spec.col_regs, spec.col_ring, spec.col_tokens) == (threads, 8, 256)
-            assert spec in set(S.dequant_ab_variants())
+            assert spec in set(S.dequant_ab_variants()) | set(cli.all_specs("sm_90a"))
             for args in (
                 ("e4m3", True, False, False, "f32"),
                 ("e4m3", False, False, False, "bf16"),
@@ -445,8 +449,8 @@ def test_dequantize_regs_keys():
         with pytest.raises(ValueError, match="COLUMNWISE_REGS"):
             dequant._spec("sm_90a", "e4m3", True, False, False, "bf16")
     finally:
-        dequant.COLUMNWISE_REGS = 0
-    assert dequant._spec("sm_90a", "e4m3", True, False, False, "bf16").col_regs == 0
+        dequant.COLUMNWISE_REGS = None
+    assert dequant._spec("sm_90a", "e4m3", True, False, False, "bf16").col_regs == 128
 
 
 def test_dequantize_runtime_specs_are_precompiled():

@@ -6,7 +6,8 @@ with the sub-tile ring, ``dequant.COLUMNWISE_RING`` 8, and the NVFP4 scale words
 "ldst") and without them (rowwise kernels too), and with short CTAs of 1 / 2 sub-tiles at the
 walk's end (and start: ``dequant.COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``; a plan for 4
 resident CTAs so that the small cases have them), and with the FP8 tiles transposed in
-registers (``dequant.COLUMNWISE_REGS`` 128 / 256 threads; the ``regs`` ids); tests
+registers (``dequant.COLUMNWISE_REGS``: 128 threads, the default, 256, and 0, the shared-memory
+staging; the ``regs`` ids); tests
 parametrized rowwise run with the 64-token ids only."""
 
 import pytest
@@ -29,7 +30,7 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
         (256, 8, True, ""),
         (256, 8, True, "ldst", 1),
         (256, 8, True, "ldst", 2, 1.0),
-        (256, 8, True, "ldst", 0, 0.0, 128),
+        (256, 8, True, "ldst", 0, 0.0, 0),
         (256, 8, True, "ldst", 0, 0.0, 256),
         (256, 8, True, "", 0, 0.0, 128),
         (256, 8, True, "ldst", 2, 1.0, 128),
@@ -44,7 +45,7 @@ from cutequant.testing import grouped_input, poisoned_outputs, random_splits
         "tok256ring8wordsnohints",
         "tok256ring8wordstail1",
         "tok256ring8wordstail2head",
-        "tok256ring8regs128",
+        "tok256ring8regs0",
         "tok256ring8regs256",
         "tok256ring8regs128nohints",
         "tok256ring8regs128tail2head",
@@ -57,16 +58,17 @@ def col_tokens(request, monkeypatch):
     cache hints (``CACHE_HINTS``, every kernel) and short CTAs at the walk's end (and start:
     ``COLUMNWISE_TAIL``, ``COLUMNWISE_HEAD_WAVES``), planned for 4 resident CTAs
     (``COLUMNWISE_TAIL_SLOTS``) so that the small cases have them too; last, the FP8 tiles
-    transposed in registers (``COLUMNWISE_REGS``: threads per CTA; other kernels ignore it)."""
+    transposed in registers (``COLUMNWISE_REGS``: threads per CTA, 0 the shared-memory staging,
+    None the default; other kernels ignore it)."""
     callspec = getattr(request.node, "callspec", None)
     params = callspec.params if callspec is not None else {}
     rowwise = params.get("mode", (None,))[0] is False or params.get("columnwise") is False
     param = request.param if isinstance(request.param, tuple) else (request.param,)
-    defaults = (0, False, dequant.CACHE_HINTS, 0, 0.0, 0)  # the runtime's hints unless given
+    defaults = (0, False, dequant.CACHE_HINTS, 0, 0.0, None)  # the runtime's choices unless given
     tokens, ring, words, hints, tail, head, regs = param + defaults[len(param) - 1 :]
     if tokens != 64 and rowwise:
         pytest.skip("rowwise: one tile layout")
-    if regs and "fp8" not in request.node.name:
+    if regs is not None and "fp8" not in request.node.name:
         pytest.skip("COLUMNWISE_REGS: the FP8 kernels only (the others are the default ones)")
     monkeypatch.setattr(dequant, "COLUMNWISE_TOKENS", tokens)
     monkeypatch.setattr(dequant, "COLUMNWISE_RING", ring)
