@@ -321,6 +321,12 @@ def _breakdown_ops(x, splits, amax) -> dict:
         ),
         "fp8 current, device splits": lambda: cutequant.fp8_group_quantize(x, dev_splits),
         "fake-quant rows, device splits": lambda: cutequant.nvfp4_fake_quantize(x, dev_splits),
+        "fake-quant cols, device splits": lambda: cutequant.nvfp4_fake_quantize(
+            x, dev_splits, columnwise=True
+        ),
+        "fake-quant rows, dev splits, amax": lambda: cutequant.nvfp4_fake_quantize(
+            x, dev_splits, amax=amax_row
+        ),
     }
 
 

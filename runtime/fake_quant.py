@@ -75,43 +75,93 @@ def _check_fake_quantize(
     return m_rows, n_cols, num_groups
 
 
-def _amax_and_layout(
-    x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream, direction: int
-):
-    """(layout, amax the kernel reads, amax output, floats the kernel copies into it) for a
-    fake-quant call. A given fp32 [G] ``amax``: the kernel reads it and its CTA 0 copies it
-    into a new [G] output (the op returns a copy; ``copy_given_amax``). Else the grouped amax
-    pass's fp32 [2, G] (row, column) output (post-RHT with ``rht``), whose row ``direction``
-    the kernel reads and the op returns (a view). With device splits that output is one flat
-    allocation holding both rows and then the call's tables, which the amax pass builds: one
-    allocation per call instead of two (~2 us of host time)."""
-    m_rows = x.shape[0]
+def carve_words(m_rows: int, n_cols: int, num_groups: int, given: bool, device: bool):
+    """(fp32 words, word offset of the amax part) of an eager call's one outputs allocation
+    (``_outputs``): y's M N 16-bit values from byte 0, then on a 256-byte boundary the amax
+    part: a given amax's copy (G floats) or the amax pass's (row, column) rows (2 G); with
+    device splits room for the two rows and, on the next 16-byte boundary, the call's snapshot
+    and tables (``groups.device_tables_words``), which the amax pass or, with a given amax, the
+    table kernel writes there."""
+    at = -(-m_rows * n_cols // 128) * 64  # M N / 2 words, rounded up to 64 words (256 bytes)
+    if device:  # a given amax's copy takes the first of the two rows
+        return at + _amax_rows_words(num_groups) + groups.device_tables_words(num_groups), at
+    return at + (num_groups if given else 2 * num_groups), at
+
+
+def _amax_rows_words(num_groups: int) -> int:
+    """Words of the two amax rows before a device-split call's tables (which start on a 16-byte
+    boundary)."""
+    return -(-2 * num_groups // 4) * 4
+
+
+def _outputs(
+    x, splits, amax, num_groups: int, rht: bool, sign_mask: int, arch, stream, direction: int,
+    out_dtype, columnwise: bool, carve: bool,
+):  # fmt: skip
+    """(layout, amax the kernel reads, y, amax output, floats the kernel copies into it) for a
+    fake-quant call, the amax pass launched where it runs. A given fp32 [G] ``amax``: the
+    kernel reads it and its CTA 0 copies it into the [G] amax output (the op returns a copy;
+    ``copy_given_amax``). Else the grouped amax pass's fp32 (row, column) rows (post-RHT with
+    ``rht``), of which row ``direction`` is the amax the kernel reads and the op returns (a
+    view); with device splits the call's tables follow them (the amax pass builds them).
+
+    ``carve`` (eager calls with rows): y and the amax part are views of one fp32 allocation
+    (``carve_words``; y a view of it as ``out_dtype``, at byte 0): one allocation per call
+    instead of two. Else (the torch.library op, whose outputs must not share storage) y is an
+    allocation of its own, and so is the amax part (with device splits one flat buffer holding
+    both rows and the tables)."""
+    m_rows, n_cols = x.shape
     dev = x.device
-    if amax is not None:
-        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True)
-        out = _launch.output_allocator((num_groups,), torch.float32, dev)
-        return layout, _contiguous(amax), out, num_groups
-    amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any allocation or launch
-    if m_rows and isinstance(splits, torch.Tensor):
-        head = -(-2 * num_groups // 4) * 4  # floats: the tables start on a 16-byte boundary
-        words = head + groups.device_tables_words(num_groups)
-        buf = _launch.output_allocator((words,), torch.float32, dev)
-        amax_addr = buf.data_ptr()
+    given = amax is not None
+    device = isinstance(splits, torch.Tensor)
+    y_shape = (m_rows * n_cols,) if columnwise else (m_rows, n_cols)
+    if carve and m_rows:
+        words, at = carve_words(m_rows, n_cols, num_groups, given, device)
+        buf = _launch.output_allocator(words, torch.float32, dev)
+        y = buf.view(out_dtype).as_strided(y_shape, (1,) if columnwise else (n_cols, 1))
+        stats, stats_at = buf, at
+    else:
+        y = _launch.output_allocator(y_shape, out_dtype, dev)
+        stats = None
+    if given:
+        into = None  # device splits, not carved: the tables get a buffer of the call's own
+        if stats is not None and device:
+            into = (stats, 4 * (stats_at + _amax_rows_words(num_groups)))
+        layout = groups.prepare_groups(splits, m_rows, dev, tile_records=True, into=into)
+        if stats is None:
+            out = _launch.output_allocator((num_groups,), torch.float32, dev)
+        else:
+            out = stats[stats_at : stats_at + num_groups]
+        return layout, _contiguous(amax), y, out, num_groups
+    amax_spec(arch, rht, "bf16")  # UnsupportedArchError before any launch
+    if m_rows and device:
+        if stats is None:
+            words = _amax_rows_words(num_groups) + groups.device_tables_words(num_groups)
+            stats, stats_at = _launch.output_allocator((words,), torch.float32, dev), 0
+        amax_addr = stats.data_ptr() + 4 * stats_at
         layout = groups.prepare_groups(
             splits, m_rows, dev, poison=(amax_addr, 2 * num_groups), defer_tables=True,
-            into=(buf, 4 * head),
+            into=(stats, 4 * (stats_at + _amax_rows_words(num_groups))),
         )  # fmt: skip
         launch_group_amax(x, layout, amax_addr, rht=rht, sign_mask=sign_mask, arch=arch,
                           stream=stream)  # fmt: skip
-        row = buf[direction * num_groups : (direction + 1) * num_groups]
-        return layout, row, row, 0
-    amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
+        row = stats[stats_at + direction * num_groups : stats_at + (direction + 1) * num_groups]
+        return layout, row, y, row, 0
+    if stats is None:
+        amax_buf = new_amax(2, num_groups, m_rows, dev)  # the amax pass writes it
+        amax_addr, poison = amax_buf, amax_buf
+    else:
+        amax_addr = stats.data_ptr() + 4 * stats_at
+        poison = (amax_addr, 2 * num_groups)
     layout = groups.prepare_groups(
-        splits, m_rows, dev, poison=amax_buf, tile_records=True, defer_tables=True
+        splits, m_rows, dev, poison=poison, tile_records=True, defer_tables=True
     )
-    launch_group_amax(x, layout, amax_buf, rht=rht, sign_mask=sign_mask, arch=arch, stream=stream)
-    row = amax_buf[direction]
-    return layout, row, row, 0
+    launch_group_amax(x, layout, amax_addr, rht=rht, sign_mask=sign_mask, arch=arch, stream=stream)
+    if stats is None:
+        row = amax_buf[direction]
+    else:
+        row = stats[stats_at + direction * num_groups : stats_at + (direction + 1) * num_groups]
+    return layout, row, y, row, 0
 
 
 def _contiguous(t: torch.Tensor) -> torch.Tensor:
@@ -143,20 +193,21 @@ def nvfp4_fake_quantize_rows_impl(
     stochastic_rounding: bool,
     rng_state: torch.Tensor | None,
     out_dtype: torch.dtype,
+    carve: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y [M, N] ``out_dtype``, amax_row fp32 [G]) from validated arguments: y = the rowwise
     NVFP4 quantize (1x16 blocks, no RHT; stochastic rounding with ``rng_state``) of each group
     of ``x``, dequantized. ``amax``: the groups' rowwise amax to use (returned as a copy), else
-    computed by the grouped amax pass."""
+    computed by the grouped amax pass. ``carve``: both outputs views of one allocation
+    (``_outputs``; eager calls)."""
     m_rows, n_cols = x.shape
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
     stream = _launch.raw_stream(dev)
-    layout, amax_in, amax_row, copy_count = _amax_and_layout(
-        x, splits, amax, num_groups, False, 0, arch, stream, 0
+    layout, amax_in, y, amax_row, copy_count = _outputs(
+        x, splits, amax, num_groups, False, 0, arch, stream, 0, out_dtype, False, carve
     )
-    y = _launch.output_allocator((m_rows, n_cols), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, TILE_COLS)
     if m_rows and num_ctas:
         spec = _kernel_spec(FakeQuantRowsSpec, arch, stochastic_rounding, out_dtype, m_rows, n_cols)
@@ -191,6 +242,7 @@ def nvfp4_fake_quantize_columnwise_impl(
     stochastic_rounding: bool,
     rng_state: torch.Tensor | None,
     out_dtype: torch.dtype,
+    carve: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(y_t flat [M * N] ``out_dtype`` (group g's [N, M_g] block at element row_start_g * N),
     amax_col fp32 [G]) from validated arguments: the columnwise NVFP4 quantize of each group
@@ -198,17 +250,16 @@ def nvfp4_fake_quantize_columnwise_impl(
     dequantized and left transposed, as the wgrad GEMM consumes it. ``amax``: the groups'
     columnwise (post-RHT) amax to use (returned as a copy), else computed by the grouped amax
     pass. One fused kernel (``fake_quant_cols.py.j2``) after that pass: the e2m1 values never
-    reach memory."""
+    reach memory. ``carve``: both outputs views of one allocation (``_outputs``; eager calls)."""
     m_rows, n_cols = x.shape
     dev = x.device
     num_groups = splits.numel() if isinstance(splits, torch.Tensor) else len(splits)
     arch = _launch.device_arch(dev)
     spec = _kernel_spec(FakeQuantColsSpec, arch, stochastic_rounding, out_dtype, m_rows, n_cols)
     stream = _launch.raw_stream(dev)
-    layout, amax_in, amax_col, copy_count = _amax_and_layout(
-        x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1
+    layout, amax_in, y, amax_col, copy_count = _outputs(
+        x, splits, amax, num_groups, rht, sign_mask, arch, stream, 1, out_dtype, True, carve
     )
-    y = _launch.output_allocator((m_rows * n_cols,), out_dtype, dev)
     num_ctas = _tile_grid(layout, m_rows, n_cols, num_groups, FakeQuantColsSpec.TILE_COLS)
     if m_rows and num_ctas:
         rng = _contiguous(rng_state) if stochastic_rounding else groups.dummy_buffer(dev)
@@ -354,7 +405,7 @@ def nvfp4_fake_quantize(
     the ``cutequant::nvfp4_fake_quantize`` op."""
     if stochastic_rounding is True and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         from cutequant import ops
 
         device_splits, host_splits = ops.split_arg((splits,), 0)
@@ -365,43 +416,48 @@ def nvfp4_fake_quantize(
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma())
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
-        record, y_shape, stats_shape, pick = hit
-        dev = x.device
-        stats = _launch.output_allocator(stats_shape, torch.float32, dev)
-        y = _launch.output_allocator(y_shape, out_dtype, dev)
-        record.launch((x, amax, stats, y, rng_state, replay.device_splits(splits)))
-        return y, stats if pick is None else stats[pick]
+        record, words, y_shape, y_stride, a0, a1 = hit
+        buf = _launch.output_allocator(words, torch.float32, x.device)
+        device_splits = splits if splits.__class__ is torch.Tensor else None
+        record.launch((x, amax, buf, rng_state, device_splits))
+        return buf.view(out_dtype).as_strided(y_shape, y_stride), buf[a0:a1]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
-            x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
-        )
-    # the amax output's allocation: a given amax's copy (returned whole), the amax pass's
-    # [2, G] output (the op returns row ``pick``), or with device splits its flat output that
-    # holds both rows and the tables (the op returns a slice)
-    stats = out_amax if amax is not None else out_amax._base
-    if key is not None and stats is not None and rec.replayable(x.shape[0]):
-        device_splits = replay.device_splits(splits)
-        bases = [x, amax, stats, y, rng_state, device_splits]
+            x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype,
+            carve=True,
+        )  # fmt: skip
+    # a call with rows made one fp32 allocation (``_outputs``): y at byte 0, the amax a slice
+    buf = out_amax._base
+    if key is not None and rec.replayable(x.shape[0]) and buf is not None:
+        assert buf.data_ptr() == y.data_ptr() and buf.dtype == torch.float32
+        bases = [x, amax, buf, rng_state, replay.device_splits(splits)]
         record = replay.Replay(rec.launches, bases, rec.scratch)
-        g, d = out_amax.numel(), int(columnwise)
-        pick = None if amax is not None else d if stats.dim() == 2 else slice(d * g, d * g + g)
-        _RECORDS.put(key, (record, tuple(y.shape), tuple(stats.shape), pick))
+        a0 = out_amax.storage_offset()
+        hit = (record, buf.numel(), tuple(y.shape), y.stride(), a0, a0 + out_amax.numel())
+        _RECORDS.put(key, hit)
     return y, out_amax
 
 
 _RECORDS = replay.CallMemo()  # nvfp4_fake_quantize's replayable calls (replay.py)
+# torch.compile recognizes the function object, whatever name calls it (a module attribute
+# lookup less per eager call)
+_is_compiling = torch.compiler.is_compiling
 
 
 def fake_quantize_checked(
-    x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype
-):
-    """Checks, then the rowwise or columnwise fake-quant (what the op runs too)."""
+    x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax, out_dtype,
+    carve=False,
+):  # fmt: skip
+    """Checks, then the rowwise or columnwise fake-quant (what the op runs too; ``carve``: the
+    eager call's one outputs allocation, ``_outputs``)."""
     _checks.check_flag(columnwise, "columnwise")
     if columnwise:
         _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype, rht,
                              sign_mask)  # fmt: skip
         return nvfp4_fake_quantize_columnwise_impl(
-            x, splits, amax, rht, sign_mask, stochastic_rounding, rng_state, out_dtype
+            x, splits, amax, rht, sign_mask, stochastic_rounding, rng_state, out_dtype, carve
         )
     _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype)
-    return nvfp4_fake_quantize_rows_impl(x, splits, amax, stochastic_rounding, rng_state, out_dtype)
+    return nvfp4_fake_quantize_rows_impl(
+        x, splits, amax, stochastic_rounding, rng_state, out_dtype, carve
+    )

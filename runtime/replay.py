@@ -33,8 +33,6 @@ import threading
 
 import torch
 
-from cutequant import _checks
-
 # ``CUTEQUANT_REPLAY=0`` turns the fast path off (every call takes the checked path).
 enabled = os.environ.get("CUTEQUANT_REPLAY", "1") != "0"
 
@@ -108,7 +106,7 @@ class Replay:
     """Recorded launches whose arguments point into the call's tensors (``bases``, in the order
     the caller passes them to ``launch``)."""
 
-    __slots__ = ("launches", "generation", "scratch")
+    __slots__ = ("launches", "generation", "scratch", "_run")
 
     def __init__(self, launches: list, bases: list[torch.Tensor | None], scratch=()):
         # per-call runtime buffers: bases after the caller's, allocated anew by ``launch``
@@ -129,26 +127,51 @@ class Replay:
                             slots.append((i, b, a - p))
                             break
             self.launches.append((fn, list(args), tuple(slots), stream))
+        self._run = _compile(self.launches, len(bases))
         self.generation = generation
 
     def launch(self, bases: tuple) -> list:
         """Relaunch with the addresses of ``bases`` (same order and meaning as recorded; the
         first is on the call's device); returns the call's fresh scratch buffers."""
-        fresh = []
-        if self.scratch:
-            dev = bases[0].device
-            fresh = [torch.empty(n, dtype=d, device=dev) for n, d in self.scratch]
-            bases = (*bases, *fresh)
-        # each base's address once per call (a data_ptr() call costs ~0.15-0.3 us; a record's
-        # launches address the same bases several times)
-        addrs = [0 if b is None else b.data_ptr() for b in bases]
-        for fn, args, slots, stream in self.launches:
-            if slots:
-                args = args.copy()
-                for i, b, off in slots:
-                    args[i] = addrs[b] + off
-            fn(*args, stream)
+        if not self.scratch:
+            self._run(*bases)
+            return []
+        dev = bases[0].device
+        fresh = [torch.empty(n, dtype=d, device=dev) for n, d in self.scratch]
+        self._run(*bases, *fresh)
         return fresh
+
+
+def _compile(launches: list, num_bases: int):
+    """A function of the bases that makes the recorded launches: each base's address read once
+    (a ``data_ptr()`` call costs ~0.15-0.3 us), the other arguments constants of its code.
+    What it replaces, a loop that copied each launch's argument list and patched its slots,
+    cost ~0.6 us of a two-launch call on a 2-core host (perf/probes/replay_cpu.py)."""
+    names: dict = {}  # the functions and the arguments that are not ints, by name
+    used = sorted({b for _, _, slots, _ in launches for _, b, _ in slots})
+    lines = [f"def run({', '.join(f'b{b}' for b in range(num_bases))}):"]
+    lines += [f"    p{b} = b{b}.data_ptr()" for b in used]
+    for k, (fn, args, slots, stream) in enumerate(launches):
+        names[f"f{k}"] = fn
+        code = []
+        for i, a in enumerate(args):
+            if type(a) is int:
+                code.append(repr(a))
+            else:
+                names[f"a{k}_{i}"] = a
+                code.append(f"a{k}_{i}")
+        for i, b, off in slots:
+            code[i] = f"p{b} + {off}" if off else f"p{b}"
+        if type(stream) is int:
+            code.append(repr(stream))
+        else:
+            names[f"s{k}"] = stream
+            code.append(f"s{k}")
+        lines.append(f"    f{k}({', '.join(code)})")
+    if not launches:
+        lines.append("    pass")
+    exec(compile("\n".join(lines), "<cutequant replay>", "exec"), names)  # noqa: S102
+    return names["run"]
 
 
 class CallMemo:
@@ -217,6 +240,7 @@ class SplitList:
 # Up to this many groups a plain tuple keys faster than a SplitList (a 2-core host, per lookup:
 # 8 groups 0.7 vs 1.3 us, 16: 1.1-1.5 vs 1.4, 64: 1.8-3.4 vs 1.8-2.0, 256: 4.5-10.3 vs 3.1-3.7).
 _TUPLE_KEY_GROUPS = 16
+_INT_ONLY = frozenset((int,))
 
 
 def device_splits(splits) -> torch.Tensor | None:
@@ -233,7 +257,9 @@ def split_key(splits) -> SplitList | tuple | None:
     if cls is not list and cls is not tuple:
         return None
     if len(splits) <= _TUPLE_KEY_GROUPS:
-        if not _checks.plain_int_splits(splits):  # 1.0 == 1 and False == 0 hash alike
+        # only ints (1.0 == 1 and False == 0 hash alike; a list with anything else takes the
+        # checked path): one C-level pass, no per-value Python
+        if not _INT_ONLY.issuperset(map(type, splits)):
             return None
         return splits if cls is tuple else tuple(splits)
     try:
@@ -268,15 +294,27 @@ def find(memo: CallMemo, x, splits, flags: tuple, tensors: tuple = ()):
     ``flags`` and optional tensor arguments ``tensors`` (None or plain tensors; their shape,
     dtype and device join the key). The key is None when the call cannot have a record; the
     record is None unless one matches and the call passes what a key cannot hold (x, and each
-    given tensor, contiguous)."""
+    given tensor, contiguous; x 16-byte aligned)."""
+    sigs = []
     for t in tensors:
-        if t is not None and t.__class__ is not torch.Tensor:
+        if t is None:
+            sigs.append(None)
+        elif t.__class__ is torch.Tensor:
+            sigs.append((t.shape, t.dtype, t.device))
+        else:
             return None, None
-    key = call_key(x, splits, (*flags, *map(signature, tensors)))
+    key = call_key(x, splits, (*flags, *sigs))
     if key is None:
         return None, None
-    hit = memo.get(key)
-    if hit is None or not x_ok(x):
+    hit = memo.entries.get(key)  # CallMemo.get, inline (a call less per replay)
+    if hit is None:
+        return key, None
+    if hit[0].generation != generation:
+        memo.entries.pop(key, None)
+        return key, None
+    # what the key cannot hold about x (a plain CUDA tensor: call_key): contiguous, 16-byte
+    # aligned
+    if not x.is_contiguous() or x.data_ptr() % 16:
         return key, None
     if splits.__class__ is torch.Tensor and not splits.is_contiguous():
         return key, None
@@ -284,15 +322,3 @@ def find(memo: CallMemo, x, splits, flags: tuple, tensors: tuple = ()):
         if t is not None and not t.is_contiguous():
             return key, None
     return key, hit
-
-
-def signature(t) -> tuple | None:
-    """What the checks look at of an optional tensor argument, for a key (its contiguity is
-    checked per call)."""
-    return None if t is None else (t.shape, t.dtype, t.device)
-
-
-def x_ok(x) -> bool:
-    """What a record's key cannot hold about x: it is a plain, contiguous, 16-byte-aligned
-    tensor (the dtype, shape and device are in the key)."""
-    return x.__class__ is torch.Tensor and x.is_contiguous() and not x.data_ptr() % 16

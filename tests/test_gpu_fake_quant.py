@@ -41,17 +41,20 @@ def _splits_arg(splits, device):
     return torch.tensor(splits, dtype=torch.int32, device="cuda") if device else tuple(splits)
 
 
+@pytest.mark.parametrize("carve", [False, True], ids=["op-outputs", "carved"])
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
-def test_rows(stochastic, out_dtype, device, rng):
+def test_rows(stochastic, out_dtype, device, carve, rng):
+    """``carve``: the eager call's one allocation (y and the amax part, with device splits the
+    tables too: fake_quant._outputs); else the op's separate outputs."""
     splits = random_splits(7, None, rng, zero_at=("front", "middle"), mean_rows=150)
     x = grouped_input(splits, 272, rng)
     rng_state = _rng_state(rng) if stochastic else None
     args = (x, _splits_arg(splits, device), None, stochastic, rng_state, out_dtype)
     fake_quant._check_fake_quantize(*args)
     with poisoned_outputs():
-        y, amax = fake_quant.nvfp4_fake_quantize_rows_impl(*args)
+        y, amax = fake_quant.nvfp4_fake_quantize_rows_impl(*args, carve)
     torch.cuda.synchronize()
     want_amax = reference.group_amax(x, splits, rht=False)[0]
     assert_same_bits(amax, want_amax, "amax_row")
@@ -102,10 +105,11 @@ def test_rows_extremes(stochastic, rng):
     assert_same_bits(y, want, "extremes")
 
 
+@pytest.mark.parametrize("carve", [False, True], ids=["op-outputs", "carved"])
 @pytest.mark.parametrize("device", [False, True], ids=["host-splits", "device-splits"])
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
 @pytest.mark.parametrize("rht", [True, False], ids=["rht", "no-rht"])
-def test_columnwise(rht, stochastic, device, rng):
+def test_columnwise(rht, stochastic, device, carve, rng):
     splits = random_splits(6, None, rng, zero_at=("middle",), mean_rows=160)
     x = grouped_input(splits, 256, rng)
     rng_state = _rng_state(rng) if stochastic else None
@@ -122,8 +126,9 @@ def test_columnwise(rht, stochastic, device, rng):
     fake_quant._check_fake_quantize(*args)
     with poisoned_outputs():
         y, amax = fake_quant.nvfp4_fake_quantize_columnwise_impl(
-            x, _splits_arg(splits, device), None, rht, 0xD7E8, stochastic, rng_state, torch.bfloat16
-        )
+            x, _splits_arg(splits, device), None, rht, 0xD7E8, stochastic, rng_state,
+            torch.bfloat16, carve,
+        )  # fmt: skip
     torch.cuda.synchronize()
     want_amax = reference.group_amax(x, splits, rht=rht)[1]
     assert_same_bits(amax, want_amax, "amax_col")
@@ -176,7 +181,9 @@ def test_columnwise_fused_equals_quantize_then_dequantize(rht, stochastic, out_d
 
 
 @pytest.mark.parametrize("stochastic", [False, True], ids=["rn", "sr"])
-@pytest.mark.parametrize("case", ["one-group", "300-groups", "given-amax", "device-300"])
+@pytest.mark.parametrize(
+    "case", ["one-group", "300-groups", "given-amax", "device-300", "device-given-carved"]
+)
 def test_columnwise_groups_and_given_amax(case, stochastic, rng):
     if case == "one-group":
         splits = [2048]
@@ -184,13 +191,13 @@ def test_columnwise_groups_and_given_amax(case, stochastic, rng):
         splits = random_splits(300, None, rng, zero_at=("front", "middle", "end"), mean_rows=48)
     x = grouped_input(splits, 256, rng)
     amax = None
-    if case == "given-amax":
+    if "given" in case:
         amax = torch.rand(len(splits), generator=rng).cuda() * 100
-    arg = torch.tensor(splits, device="cuda") if case == "device-300" else tuple(splits)
+    arg = torch.tensor(splits, device="cuda") if case.startswith("device") else tuple(splits)
     rng_state = _rng_state(rng) if stochastic else None
-    with poisoned_outputs():
+    with poisoned_outputs():  # carved: the table kernel writes the tables into the outputs
         y, a = fake_quant.nvfp4_fake_quantize_columnwise_impl(
-            x, arg, amax, True, 0xD7E8, stochastic, rng_state, torch.bfloat16
+            x, arg, amax, True, 0xD7E8, stochastic, rng_state, torch.bfloat16, "carved" in case
         )
     want_amax = reference.group_amax(x, splits)[1] if amax is None else amax
     assert_same_bits(a, want_amax, "amax")
