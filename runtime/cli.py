@@ -110,6 +110,20 @@ def sr_trim_variants(arch: str = "sm_90a") -> list[S.KernelSpec]:
     ]
 
 
+def ab_variants() -> dict:
+    """The A/B sides of the runtime's kernel switches, by name: what a GPU A/B probe
+    (perf/probes/nvfp4_ab.py, fake_quant_ab.py, dequant_walk.py) compiles besides the runtime's
+    kernels. ``cutequant precompile --ab NAME`` builds them in parallel into the disk cache, so
+    that a probe on a fresh machine does not spend its time compiling them one by one."""
+    return {
+        "fma_encoder": fma_encoder_variants,
+        "stsm_restage": stsm_restage_variants,
+        "sr_trim": sr_trim_variants,
+        "fake_quant_sr_trim": fake_quant_sr_trim_variants,
+        "dequantize": S.dequant_ab_variants,
+    }
+
+
 def _hopper_specs() -> list[S.KernelSpec]:
     arch = "sm_90a"  # every family exists there
     out: list[S.KernelSpec] = []
@@ -351,7 +365,10 @@ def _run_precompile(specs, jobs: int, progress: bool) -> list[tuple[S.KernelSpec
 def cmd_precompile(args) -> int:
     from cutequant import cache
 
-    specs = [s for s in all_specs(args.arch) if not args.family or s.family in args.family]
+    specs = all_specs(args.arch)
+    for name in args.ab or ():
+        specs += [s for s in ab_variants()[name](args.arch) if s not in specs]
+    specs = [s for s in specs if not args.family or s.family in args.family]
     missing = [f for f in args.family or () if args.arch not in FAMILIES[f].ARCHS]
     if missing:
         for family in missing:
@@ -612,6 +629,14 @@ def build_parser() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=sys.stderr.isatty(),
         help="progress bar on stderr (default: when stderr is a terminal)",
+    )
+    pre.add_argument(
+        "--ab",
+        action="append",
+        choices=sorted(ab_variants()),
+        metavar="SWITCH",
+        help="also the A/B side of a runtime switch, for GPU A/B probes (repeatable; "
+        f"{', '.join(sorted(ab_variants()))})",
     )
     pre.add_argument("--verbose", "-v", action="store_true", help="one line per kernel")
     _add_cache_dir(pre)

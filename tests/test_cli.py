@@ -173,6 +173,38 @@ def test_precompile_failure_exits_1(cache_root, capsys, monkeypatch):
     assert "2 kernels, 1 compiled, 0 already cached, 1 failed" in out
 
 
+def test_precompile_ab_variants(cache_root, capsys, monkeypatch):
+    """``--ab SWITCH`` adds the A/B side of a runtime switch (``cli.ab_variants``) to the
+    runtime's kernels, ``--family`` still filtering; every name is a choice, each list is
+    disjoint from ``all_specs`` (the A/B side is what the runtime does not ask for by default)."""
+    seen = []
+
+    def record(spec):
+        seen.append(spec)
+        return jit.Outcome("compiled", "")
+
+    monkeypatch.setattr(jit, "precompile", record)
+    rc, out, err = run_cli(
+        capsys, "precompile", "--family", "dequantize", "--ab", "dequantize", "-j", "1"
+    )
+    assert rc == 0, err
+    runtime = [s for s in ALL if s.family == "dequantize"]
+    assert seen == runtime + S.dequant_ab_variants()
+    assert f"{len(seen)} kernels, {len(seen)} compiled" in out
+    seen.clear()
+    rc, out, err = run_cli(
+        capsys, "precompile", "--family", "nvfp4_quantize", "--ab", "fma_encoder", "--ab",
+        "sr_trim", "-j", "1",
+    )  # fmt: skip
+    assert rc == 0, err
+    extra = cli.fma_encoder_variants() + cli.sr_trim_variants()
+    assert seen == [s for s in ALL if s.family == "nvfp4_quantize"] + extra
+    for name, variants in cli.ab_variants().items():
+        assert variants() and not set(variants()) & set(ALL), name
+    rc, _, err = run_cli(capsys, "precompile", "--ab", "nope")
+    assert rc == 2 and "argument --ab: invalid choice: 'nope'" in err
+
+
 def test_precompile_into_an_unusable_directory(tmp_path, cache_root, capsys):
     blocker = tmp_path / "file"
     blocker.write_text("")

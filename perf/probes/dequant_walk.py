@@ -41,6 +41,10 @@ by them).
     python perf/probes/dequant_walk.py --tokens 128 perf/bench.py --ops nvfp4_dequantize_col
     python perf/probes/dequant_walk.py --flag COLUMNWISE_TAIL=2 perf/probes/size_sweep.py \
         --ops dq_col                      # any flag of --with, then any script
+
+On a fresh machine run `cutequant precompile -j 16 --ab dequantize` first (the default
+kernels and this probe's A/B side, compiled in parallel into the disk cache): compiled one by
+one inside the probe they can take its whole call.
 """
 
 import argparse

@@ -16,6 +16,10 @@ once, for the table. Prints us and % of the copy rate measured in the same run.
 The switches of issue 20 (the kernels' legacy forms and the losing variants) are retired: the
 winners are the only forms (perf/NOTES.md, "retired A/B switches"); a new switch is a module
 flag, default False, that this probe flips.
+
+On a fresh machine run `cutequant precompile -j 16 --ab fake_quant_sr_trim` first (the default
+kernels and this probe's A/B side, compiled in parallel into the disk cache): compiled one by
+one inside the probe they can take its whole call.
 """
 
 import argparse

@@ -21,6 +21,10 @@ every byte of the output buffers, padding included); then both are timed like pe
 (CUDA-graph replay, median, ``bench.graph_time_us``: the quantize kernel alone, with a given
 amax), alternating sides over ``--rounds`` rounds so that clock drift hits both. Prints us and %
 of the copy rate measured in the same run, and the change in time of "on".
+
+On a fresh machine run `cutequant precompile -j 16 --ab fma_encoder` (or `--ab sr_trim`, `--ab
+stsm_restage`) first: the default kernels and this probe's A/B side, compiled in parallel into
+the disk cache; compiled one by one inside the probe they can take its whole call (run 78).
 """
 
 import argparse
