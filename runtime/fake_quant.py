@@ -400,9 +400,10 @@ def nvfp4_fake_quantize(
     columnwise quantize of RHT(x_g^T) (or x_g^T without ``rht``), left transposed and in the
     RHT domain as the wgrad GEMM consumes it: ``(y_t, amax_col [G])`` with ``y_t`` flat
     [M * N], group g's [N, M_g] block at element row_start_g * N. ``amax``: fp32 [G] of that
-    direction to use, else computed. ``rng_state``: int64 [2] (seed, offset); drawn with
-    ``torch.randint`` when stochastic rounding has none. Inside ``torch.compile`` this runs as
-    the ``cutequant::nvfp4_fake_quantize`` op."""
+    direction to use, else computed (eager calls: y and the returned amax are views of one
+    allocation; ``amax.clone()`` keeps an amax without y's memory). ``rng_state``: int64 [2]
+    (seed, offset); drawn with ``torch.randint`` when stochastic rounding has none. Inside
+    ``torch.compile`` this runs as the ``cutequant::nvfp4_fake_quantize`` op."""
     if stochastic_rounding is True and rng_state is None:
         rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
     if _is_compiling():
