@@ -246,14 +246,22 @@ class _FakeQuantSrTrim:
     byte as a subnormal FFMA operand, no clamp of |v| before the floor) and Philox with 32-bit
     block ids, the calls' common first rounds once per thread (``nvfp4_sr.philox_prefix``).
     Same bits, same random stream; the runtime asks for it only when every block id of the call
-    is < 2^32. Needs stochastic. False: left out of the key and the source."""
+    is < 2^32. Needs stochastic. False: left out of the key and the source. Also what the two
+    fake-quant specs share: their key, render fields and ``out_dtype`` rule."""
 
-    def _sr_trim_fields(self, out: dict) -> dict:
+    def fields(self) -> dict:
+        out = super().fields()
         if not out["sr_trim"]:
             del out["sr_trim"]
         return out
 
-    def _check_sr_trim(self) -> None:
+    def render_fields(self) -> dict:
+        return {**super().render_fields(), "sr_trim": self.sr_trim}
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.out_dtype not in ("bf16", "f16"):
+            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
         if self.sr_trim and not self.stochastic:
             raise ValueError("sr_trim: the stochastic-rounding kernel only (needs stochastic)")
 
@@ -273,18 +281,6 @@ class FakeQuantRowsSpec(_FakeQuantSrTrim, KernelSpec):
     stochastic: bool = False
     out_dtype: str = "bf16"
     sr_trim: bool = False  # _FakeQuantSrTrim
-
-    def fields(self) -> dict:
-        return self._sr_trim_fields(super().fields())
-
-    def render_fields(self) -> dict:
-        return {**super().render_fields(), "sr_trim": self.sr_trim}
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.out_dtype not in ("bf16", "f16"):
-            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
-        self._check_sr_trim()
 
 
 @dataclass(frozen=True)
@@ -307,17 +303,8 @@ class FakeQuantColsSpec(_FakeQuantSrTrim, KernelSpec):
     out_dtype: str = "bf16"
     sr_trim: bool = False  # _FakeQuantSrTrim
 
-    def fields(self) -> dict:
-        return self._sr_trim_fields(super().fields())
-
     def render_fields(self) -> dict:
-        return {**super().render_fields(), "tile_cols": self.TILE_COLS, "sr_trim": self.sr_trim}
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.out_dtype not in ("bf16", "f16"):
-            raise ValueError(f"out_dtype must be bf16 or f16, got {self.out_dtype!r}")
-        self._check_sr_trim()
+        return {**super().render_fields(), "tile_cols": self.TILE_COLS}
 
 
 def dequant_ab_variants(arch: str = "sm_90a") -> list[KernelSpec]:
