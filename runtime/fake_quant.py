@@ -419,8 +419,7 @@ def nvfp4_fake_quantize(
     if hit is not None:  # replay.py: the checked call's launches again
         record, words, y_shape, y_stride, a0, a1 = hit
         buf = _launch.output_allocator(words, torch.float32, x.device)
-        device_splits = splits if splits.__class__ is torch.Tensor else None
-        record.launch((x, amax, buf, rng_state, device_splits))
+        record.launch((x, amax, buf, rng_state, replay.device_splits(splits)))
         return buf.view(out_dtype).as_strided(y_shape, y_stride), buf[a0:a1]
     with replay.recording() as rec:
         y, out_amax = fake_quantize_checked(
