@@ -302,6 +302,13 @@ def _breakdown_ops(x, splits, amax) -> dict:
             x, splits, scaling="delayed", scale=scale
         ),
         "fp8 dequantize rowwise": lambda: dequant.fp8_group_dequantize(q8),
+        # stochastic rounding without an rng_state: a fresh state per call (cutequant/rng.py)
+        "nvfp4 SR, fresh state": lambda: cutequant.nvfp4_group_quantize(
+            x, splits, stochastic_rounding=True
+        ),
+        "fake-quant rows SR, fresh state": lambda: cutequant.nvfp4_fake_quantize(
+            x, splits, stochastic_rounding=True
+        ),
         "fake-quant rows": lambda: cutequant.nvfp4_fake_quantize(x, splits),
         "fake-quant rows (given amax)": lambda: cutequant.nvfp4_fake_quantize(
             x, splits, amax=amax_row

@@ -24,6 +24,7 @@ from cutequant import _checks, _launch, groups, nvfp4_2d, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.amax import _spec as amax_spec
 from cutequant.codegen.specs import FakeQuantColsSpec, FakeQuantRowsSpec
+from cutequant.rng import fresh_state
 
 FAKE_DTYPES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 TILE_COLS = 128
@@ -47,7 +48,8 @@ def _check_fake_quantize(
 ):
     """Rules shared by the row and column fake-quant ops; returns (M, N, G). ``x``: contiguous
     bf16 [M, N], N % 16 == 0; ``amax``: None or fp32 [G]; ``rng_state``: int64 [2] (seed,
-    offset) with stochastic rounding, else None; ``out_dtype``: bf16 or f16."""
+    offset) or None (the public op then draws one) with stochastic rounding, else None;
+    ``out_dtype``: bf16 or f16."""
     m_rows, n_cols = _checks.check_x(x)
     _checks.check_flag(stochastic_rounding, "stochastic_rounding")
     _checks.check_flag(rht, "rht")
@@ -58,9 +60,11 @@ def _check_fake_quantize(
     groups.check_splits(splits, m_rows)
     if amax is not None:
         _checks.check_amax_vector(amax, num_groups)
-    if stochastic_rounding:
+    if stochastic_rounding and rng_state is not None:  # None: the op draws a fresh one
         if not isinstance(rng_state, torch.Tensor):
-            raise TypeError("rng_state: stochastic rounding needs an int64 [2] (seed, offset)")
+            raise TypeError(
+                f"rng_state: expected an int64 [2] tensor, got {type(rng_state).__name__}"
+            )
         if rng_state.dtype != torch.int64 or tuple(rng_state.shape) != (2,):
             raise ValueError(
                 f"rng_state: must be int64 of shape (2,), got {rng_state.dtype} "
@@ -402,20 +406,28 @@ def nvfp4_fake_quantize(
     [M * N], group g's [N, M_g] block at element row_start_g * N. ``amax``: fp32 [G] of that
     direction to use, else computed (eager calls: y and the returned amax are views of one
     allocation; ``amax.clone()`` keeps an amax without y's memory). ``rng_state``: int64 [2]
-    (seed, offset); drawn with ``torch.randint`` when stochastic rounding has none. Inside
+    (seed, offset); when stochastic rounding has none, a fresh one (``cutequant.rng``: from
+    torch's CUDA generator, reproducible from torch's seed; a view of a pool of states). Inside
     ``torch.compile`` this runs as the ``cutequant::nvfp4_fake_quantize`` op."""
-    if stochastic_rounding is True and rng_state is None:
-        rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
+    fresh = stochastic_rounding is True and rng_state is None
     if _is_compiling():
         from cutequant import ops
 
+        if fresh:
+            rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=x.device)
         device_splits, host_splits = ops.split_arg((splits,), 0)
         return ops.nvfp4_fake_quantize_op(
             x, device_splits, host_splits, columnwise, rht, sign_mask, stochastic_rounding,
             rng_state, amax, out_dtype,
         )  # fmt: skip
     flags = (columnwise, rht, sign_mask, stochastic_rounding, out_dtype, _launch.rht_mma())
+    # a call without its state (stochastic rounding) keys as such, and takes a fresh one
+    # (cutequant/rng.py) once its arguments are known good: a record exists, or the checks pass
     key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
+    if fresh:
+        if hit is None:
+            _check_call(x, splits, columnwise, rht, sign_mask, True, None, amax, out_dtype)
+        rng_state = fresh_state(x.device)
     if hit is not None:  # replay.py: the checked call's launches again
         record, words, y_shape, y_stride, a0, a1 = hit
         buf = _launch.output_allocator(words, torch.float32, x.device)
@@ -450,14 +462,26 @@ def fake_quantize_checked(
 ):  # fmt: skip
     """Checks, then the rowwise or columnwise fake-quant (what the op runs too; ``carve``: the
     eager call's one outputs allocation, ``_outputs``)."""
+    _check_call(x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax,
+                out_dtype)  # fmt: skip
+    if stochastic_rounding and rng_state is None:  # the torch.library op called without one
+        rng_state = fresh_state(x.device)
+    if columnwise:
+        return nvfp4_fake_quantize_columnwise_impl(
+            x, splits, amax, rht, sign_mask, stochastic_rounding, rng_state, out_dtype, carve
+        )
+    return nvfp4_fake_quantize_rows_impl(
+        x, splits, amax, stochastic_rounding, rng_state, out_dtype, carve
+    )
+
+
+def _check_call(x, splits, columnwise, rht, sign_mask, stochastic_rounding, rng_state, amax,
+                out_dtype):  # fmt: skip
+    """Every argument rule of a fake-quant call (rht and sign_mask only for the columnwise one,
+    which uses them)."""
     _checks.check_flag(columnwise, "columnwise")
     if columnwise:
         _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype, rht,
                              sign_mask)  # fmt: skip
-        return nvfp4_fake_quantize_columnwise_impl(
-            x, splits, amax, rht, sign_mask, stochastic_rounding, rng_state, out_dtype, carve
-        )
-    _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype)
-    return nvfp4_fake_quantize_rows_impl(
-        x, splits, amax, stochastic_rounding, rng_state, out_dtype, carve
-    )
+    else:
+        _check_fake_quantize(x, splits, amax, stochastic_rounding, rng_state, out_dtype)

@@ -10,6 +10,7 @@ import torch
 from cutequant import _checks, _launch, groups, packing, replay
 from cutequant.amax import DEFAULT_SIGN_MASK, _num_groups, launch_group_amax, new_amax
 from cutequant.codegen.specs import HW_E2M1_ARCHS, Nvfp4QuantizeSpec
+from cutequant.rng import fresh_state
 
 
 def _round_up(a: int, b: int) -> int:
@@ -292,8 +293,9 @@ def nvfp4_group_quantize(
     ``fast_math``: TE's fast-math (rcp.approx reciprocal, no bf16 rounding of the RHT output).
     ``stochastic_rounding``: the e2m1 values of both directions are rounded stochastically (TE's
     SR rule, docs/numerics.md §1.4; the scales are unchanged) with Philox4x32-10 bits drawn from
-    ``rng_state`` (int64 [2] = (seed, offset) on x's device); when None, a fresh state is drawn
-    with ``torch.randint`` on x's device (CUDA-graph safe). The bits are a function of the
+    ``rng_state`` (int64 [2] = (seed, offset) on x's device); when None, a fresh state of the
+    call's own from torch's CUDA generator (``cutequant.rng``: reproducible from torch's seed,
+    CUDA-graph safe; drawn 256 at a time outside graph capture). The bits are a function of the
     state and each block's position only, so a result is reproducible from its ``rng_state``.
     ``amax_estimation_scale``: post-RHT amax estimation (TE PR #2521, docs/numerics.md §3.4): the
     amax pass skips the RHT and sets ``amax_col = amax_row * scale`` (TE's defaults: 2.0 for
@@ -308,13 +310,15 @@ def nvfp4_group_quantize(
             x, splits, rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math, amax,
             stochastic_rounding, rng_state, amax_estimation_scale,
         )  # fmt: skip
-    key = hit = None
-    if stochastic_rounding is not True or rng_state is not None:  # else a fresh state per call
-        flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
-                 stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
-                 ALU_TRIM, FMA_ENCODER, STSM_RESTAGE, SR_TRIM)  # fmt: skip
-        key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
+    flags = (rowwise, columnwise, rht, sign_mask, swizzled_scales, fast_math,
+             stochastic_rounding, amax_estimation_scale, _launch.rht_mma(),
+             ALU_TRIM, FMA_ENCODER, STSM_RESTAGE, SR_TRIM)  # fmt: skip
+    # stochastic rounding without a state keys as such; a replay takes a fresh state (rng.py),
+    # a checked call draws it in run_quantize after the checks
+    key, hit = replay.find(_RECORDS, x, splits, flags, (amax, rng_state))
     if hit is not None:  # replay.py: the checked call's launches again
+        if stochastic_rounding is True and rng_state is None:
+            rng_state = fresh_state(x.device)
         record, total, spans, layout = hit
         dev = x.device
         # a computed amax is the outputs buffer's "amax" part (run_quantize: ``packed``)
@@ -458,7 +462,7 @@ def run_quantize(
     when it is the outputs' "amax" part, layout, rng_state)."""
     dev = x.device
     if stochastic_rounding and rng_state is None:
-        rng_state = torch.randint(0, 2**62, (2,), dtype=torch.int64, device=dev)
+        rng_state = fresh_state(dev)
     computed = amax is None
     carve = packing.carves_device_tables(output_kind, m_rows, splits)
     packed = computed and (carve or packing.carves_amax(output_kind, m_rows, splits))

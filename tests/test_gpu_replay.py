@@ -348,3 +348,55 @@ def test_records_do_not_hold_results_alive():
         del res
     gc.collect()
     assert all(r() is None for r in refs)
+
+
+def test_stochastic_rounding_without_a_state_is_replayed_and_reproducible():
+    """Stochastic rounding without an ``rng_state`` (cutequant/rng.py): after its first calls
+    the call is replayed (the checked path made to raise), each call takes a state of its own
+    (the next of one torch.randint draw of ``rng.POOL_STATES`` after the seed), every result is
+    the checked path's for the state it used, and the same calls after the same
+    ``torch.manual_seed`` repeat states and bits."""
+    from cutequant import rng
+
+    gen = torch.Generator().manual_seed(11)
+    splits = random_splits(6, 384, gen, zero_at=("middle",))
+    x = grouped_input(splits, N_COLS, gen)
+    q = cutequant.nvfp4_group_quantize
+    fq = cutequant.nvfp4_fake_quantize
+    for _ in range(3):  # first sighting, cached (recorded)
+        q(x, splits, stochastic_rounding=True)
+        fq(x, splits, stochastic_rounding=True)
+        fq(x, splits, columnwise=True, stochastic_rounding=True)
+
+    def run():
+        torch.manual_seed(1234)
+        with poisoned_outputs(), _NoChecks():
+            res = [q(x, splits, stochastic_rounding=True) for _ in range(3)]
+            rows = [fq(x, splits, stochastic_rounding=True) for _ in range(2)]
+            cols = fq(x, splits, columnwise=True, stochastic_rounding=True)
+        return res, rows, cols
+
+    res, rows, cols = run()
+    again = run()
+    torch.manual_seed(1234)
+    pool = torch.randint(0, 2**62, (rng.POOL_STATES, 2), dtype=torch.int64, device="cuda")
+    assert [r.rng_state.tolist() for r in res] == pool[:3].tolist()
+    for r, r2 in zip(res, again[0], strict=True):
+        want = _nvfp4_parts(_checked(lambda s=r.rng_state: q(x, splits, stochastic_rounding=True,
+                                                             rng_state=s.clone())))  # fmt: skip
+        got, got2 = _nvfp4_parts(r), _nvfp4_parts(r2)
+        for k in want:
+            assert torch.equal(_bytes(got[k]), _bytes(want[k])), k
+            assert torch.equal(_bytes(got2[k]), _bytes(want[k])), k
+    outs = [*rows, cols]
+    outs2 = [*again[1], again[2]]
+    for i, ((y, a), (y2, a2)) in enumerate(zip(outs, outs2, strict=True)):
+        state = pool[3 + i].clone()
+        want_y, want_a = _checked(
+            lambda s=state, c=(i == 2): fq(
+                x, splits, columnwise=c, stochastic_rounding=True, rng_state=s
+            )
+        )
+        for got in ((y, a), (y2, a2)):
+            assert torch.equal(_bytes(got[0]), _bytes(want_y)), i
+            assert torch.equal(_bytes(got[1]), _bytes(want_a)), i

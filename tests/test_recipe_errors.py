@@ -4,6 +4,7 @@ before anything is launched (the device check comes last, so CPU tensors reach e
 import pytest
 import torch
 
+import cutequant
 from cutequant import dequant
 
 N = 64
@@ -157,7 +158,9 @@ def _fq_args(**over):
         (dict(out_dtype=torch.float32), TypeError, "out_dtype"),
         (dict(splits=(32, 32)), ValueError, "splits"),
         (dict(amax=torch.ones(3)), ValueError, "amax"),
-        (dict(stochastic_rounding=True), TypeError, "rng_state"),
+        # no state: allowed (the op draws a fresh one), so the device rule is what fails here
+        (dict(stochastic_rounding=True), ValueError, "CUDA"),
+        (dict(stochastic_rounding=True, rng_state=(1, 2)), TypeError, "rng_state"),
         (dict(stochastic_rounding=True, rng_state=torch.zeros(2)), ValueError, "rng_state"),
         (dict(rng_state=torch.zeros(2, dtype=torch.int64)), ValueError, "rng_state"),
         (dict(stochastic_rounding="yes"), TypeError, "stochastic_rounding"),
@@ -179,3 +182,15 @@ def test_fake_quant_linear_errors():
         fake_quant.nvfp4_fake_quant_linear(x, torch.zeros(16, N, dtype=torch.bfloat16))
     with pytest.raises(ValueError, match="x"):
         fake_quant.nvfp4_fake_quant_linear(x[:20], torch.zeros(16, N, dtype=torch.bfloat16))
+
+
+def test_stochastic_rounding_without_a_state_checks_x_first():
+    """A call that would draw its own state names a bad x, not the state (no draw happens)."""
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
+        cutequant.nvfp4_fake_quantize("x", [64], stochastic_rounding=True)
+    with pytest.raises(TypeError, match="x: expected a torch.Tensor"):
+        cutequant.nvfp4_group_quantize("x", [64], stochastic_rounding=True)
+    with pytest.raises(ValueError, match="x: must be a CUDA tensor"):
+        cutequant.nvfp4_fake_quantize(
+            torch.zeros(64, N, dtype=torch.bfloat16), [64], stochastic_rounding=True
+        )
