@@ -60,3 +60,23 @@ def test_draws_follow_torch_seed():
     want = torch.randint(0, rng.STATE_MAX, (4, 2), dtype=torch.int64).tolist()
     assert runs[0] == runs[1]
     assert runs[0][:4] == want
+
+
+def test_threads_never_share_a_state():
+    import threading
+
+    gen = _Generator()
+    pool = rng.StatePool(size=64)
+    got = []
+
+    def worker():
+        for _ in range(40):
+            got.append(pool.take(torch.device("cpu"), gen))  # kept: no draw's memory reused
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 160
+    assert len({s.data_ptr() for s in got}) == 160  # every take a state of its own
