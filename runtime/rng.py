@@ -3,8 +3,9 @@
 A fresh state per call used to be one ``torch.randint`` per call: a kernel launch and an
 allocation (~8 us of host time on the GPU hosts), and for the NVFP4 quantize a call that could
 not be replayed (its key needs the state as a tensor argument). Here states are drawn from
-torch's CUDA generator ``POOL_STATES`` at a time, and each call takes the next one (a view,
-~0.7 us), so such a call costs what a call with a given state costs.
+torch's CUDA generator ``POOL_STATES`` at a time (one pool per device and stream, drawn on that
+stream), and each call takes the next one (a view), so such a call costs what a call with a
+given state costs.
 
 Same guarantees as one draw per call:
 * Every call gets a state of its own (the pool never hands one out twice) and the result keeps
@@ -61,16 +62,21 @@ def generator_position(generator) -> tuple:
     return generator.initial_seed(), generator.get_offset()
 
 
-_POOLS: dict[int, tuple[StatePool, torch.Generator]] = {}  # by device index
+# by (device index, stream): a pool is drawn on the stream whose kernels read it, so a read never
+# overtakes the draw, and the caching allocator never hands the pool's memory to another stream
+# while a kernel there may still read it (a pool shared across streams could do both)
+_POOLS: dict[tuple, tuple[StatePool, torch.Generator]] = {}
 
 
 def fresh_state(device: torch.device) -> torch.Tensor:
     """A Philox (seed, offset) state of its own for one stochastic-rounding call on ``device``
-    (a CUDA device): int64 [2], from torch's default CUDA generator of that device."""
+    (a CUDA device; the call runs on its current stream): int64 [2], from torch's default CUDA
+    generator of that device."""
     if torch._C._cuda_isCurrentStreamCapturing():  # torch.cuda.is_current_stream_capturing
         return torch.randint(0, STATE_MAX, (2,), dtype=torch.int64, device=device)
-    hit = _POOLS.get(device.index)
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    key = (index, torch._C._cuda_getCurrentRawStream(index))
+    hit = _POOLS.get(key)
     if hit is None:
-        index = device.index if device.index is not None else torch.cuda.current_device()
-        hit = _POOLS[device.index] = (StatePool(), torch.cuda.default_generators[index])
+        hit = _POOLS[key] = (StatePool(), torch.cuda.default_generators[index])
     return hit[0].take(device, hit[1])
