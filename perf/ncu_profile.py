@@ -4,7 +4,9 @@
         --section WarpStateStats --section SchedulerStats python3 perf/ncu_profile.py OP[,OP] [CASE]
 
 Each op is built and warmed up (JIT compile, allocator) outside the profiled range; exactly one
-call per (op, case) runs between cudaProfilerStart/Stop, so ncu sees only those launches."""
+call per (op, case) runs between cudaProfilerStart/Stop, so ncu sees only those launches.
+With ``--section SourceCounters -o R``, export ``ncu --import R.ncu-rep --csv --page source
+--print-source sass`` (or ``--page details``) and read it with ``perf/ncu_report.py``."""
 
 import sys
 

@@ -70,3 +70,70 @@ def test_every_probe_has_a_line_in_notes():
     assert probes
     for name in probes:
         assert any(f"probes/{name}" in part for part in summary), f"{name}: no line in NOTES.md"
+
+
+def _write_csv(path, rows):
+    import csv
+
+    with open(path, "w", newline="") as f:
+        csv.writer(f, quoting=csv.QUOTE_ALL).writerows(rows)
+
+
+def test_ncu_report_details(tmp_path, capsys):
+    import ncu_report
+
+    head = ["ID", "Process ID", "Kernel Name", "Grid Size", "Block Size", "Section Name",
+            "Metric Name", "Metric Unit", "Metric Value"]  # fmt: skip
+    stall = "smsp__average_warps_issue_stalled_drain_per_issue_active.ratio"
+    rows = [["==PROF== Connected to process 1"], ["profiled op / case"], head]
+    rows += [["0", "1", "k_a", "(528, 1, 1)", "(256, 1, 1)", "s", "gpu__time_duration.sum", "us",
+              "50.56"], ["0", "1", "k_a", "(528, 1, 1)", "(256, 1, 1)", "s", stall, "inst", "0.83"],
+             ["1", "1", "k_b", "(132, 1, 1)", "(640, 1, 1)", "s", "gpu__time_duration.sum", "us",
+              "43.84"]]  # fmt: skip
+    path = tmp_path / "details.csv"
+    _write_csv(path, rows)
+    kernels = ncu_report.read_details(str(path))
+    assert [(k.ident, k.name, k.grid) for k in kernels] == [
+        ("0", "k_a", "(528, 1, 1)"),
+        ("1", "k_b", "(132, 1, 1)"),
+    ]
+    assert kernels[0].metrics == [
+        ("gpu__time_duration.sum", "50.56", "us"),
+        (stall, "0.83", "inst"),
+    ]
+    assert ncu_report.short_name(stall) == "stalled drain"
+    assert ncu_report.main(["details", str(path), "--grep", "stalled"]) == 0
+    out = capsys.readouterr().out
+    assert "stalled drain" in out and "0.83" in out and "gpu__time_duration" not in out
+    _write_csv(path, [["no header here"]])
+    with pytest.raises(ValueError, match="no ncu details header"):
+        ncu_report.read_details(str(path))
+
+
+def test_ncu_report_source(tmp_path, capsys):
+    import ncu_report
+
+    head = ["Address", "Source", "Warp Stall Sampling (All Samples)", "Instructions Executed",
+            "stall_long_sb", "stall_wait", "stall_long_sb (Not Issued)"]  # fmt: skip
+    lines = [  # samples: 10 + 60 + 30 = 100; long_sb 80, wait 20
+        ["0x0", "  LDG.E.128 R4, [R2.64]", "10", "4096", "0", "10", "0"],
+        ["0x10", "  IMAD.U32 R0, R4, 0x10000, RZ", "60", "4096", "60", "0", "55"],
+        ["0x20", "  FCHK P1, R4, R3", "30", "4096", "20", "10", "20"],
+    ]
+    rows = [["Kernel Name", "k_a"], head, *lines, ["Kernel Name", "k_b"], head, lines[0]]
+    path = tmp_path / "source.csv"
+    _write_csv(path, rows)
+    kernels = ncu_report.read_source(str(path))
+    assert [k.name for k in kernels] == ["k_a", "k_b"] and len(kernels[0].lines) == 3
+    total, shares = ncu_report.stall_shares(kernels[0])
+    assert total == 100 and shares == {"long_sb": 80.0, "wait": 20.0}
+    top = ncu_report.top_lines(kernels[0], 2)  # the two busiest, in program order
+    shares = [(i, share, running) for i, share, running, _, _ in top]
+    assert shares == [(1, 60.0, 70.0), (2, 30.0, 100.0)]
+    assert top[0][4] == "IMAD.U32 R0, R4, 0x10000, RZ"
+    assert ncu_report.main(["source", str(path), "--top", "1", "--kernel", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "100 stall samples" in out and "long_sb 80.0%" in out and "k_b" not in out
+    _write_csv(path, [["Address", "Source"]])
+    with pytest.raises(ValueError, match="no kernel"):
+        ncu_report.read_source(str(path))
