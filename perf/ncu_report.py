@@ -48,6 +48,11 @@ class KernelSource:
     lines: list[list[str]] = field(default_factory=list)
 
     def column(self, title: str) -> int:
+        if title not in self.header:
+            raise ValueError(
+                f"kernel {self.name[:40]}: no column {title!r} in this export (profile with "
+                "--section SourceCounters, export with --page source --print-source sass)"
+            )
         return self.header.index(title)
 
 

@@ -137,3 +137,6 @@ def test_ncu_report_source(tmp_path, capsys):
     _write_csv(path, [["Address", "Source"]])
     with pytest.raises(ValueError, match="no kernel"):
         ncu_report.read_source(str(path))
+    _write_csv(path, [["Kernel Name", "k_c"], ["Address", "Source"], ["0x0", "  EXIT"]])
+    with pytest.raises(ValueError, match="no column 'Warp Stall Sampling"):
+        ncu_report.stall_shares(ncu_report.read_source(str(path))[0])
