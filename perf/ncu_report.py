@@ -133,6 +133,7 @@ def top_lines(kernel: KernelSource, top: int) -> list[tuple[int, float, float, s
     % up to and including it, executed count, SASS text)."""
     samples = kernel.column("Warp Stall Sampling (All Samples)")
     executed = kernel.column("Instructions Executed")
+    source = kernel.column("Source")
     counts = [_int(line[samples]) for line in kernel.lines]
     total = sum(counts) or 1
     running, acc = [], 0
@@ -146,7 +147,7 @@ def top_lines(kernel: KernelSource, top: int) -> list[tuple[int, float, float, s
             100.0 * counts[i] / total,
             running[i],
             kernel.lines[i][executed],
-            kernel.lines[i][kernel.column("Source")].strip(),
+            kernel.lines[i][source].strip(),
         )
         for i in chosen
     ]
