@@ -203,12 +203,53 @@ def cooperative_grid(device: torch.device, items: int) -> int:
     return min(items, _launch.sm_count(device) * _resident_ctas(index))
 
 
-def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> None:
+# Stacked experts whose amax is computed: two launches, the grouped amax pass over the [E R, C]
+# view (its TMA ring, one group per expert) and then the 2D kernel with that amax given (one CTA
+# per tile), instead of the cooperative launch (phase 1, grid barrier, phase 2). Bits equal;
+# H200, fake-quant dense / 8 / 64 / 256 experts (perf/NOTES.md, "2D fake-quant: where its time
+# goes"): 79.5 / 122.1 / 245.0 / 236.6 -> 76.9 / 118.6 / 223.0 / 222.9 us. A list of experts has
+# no [E R, C] view: it keeps the cooperative launch. Off: the A/B's other side (tests use both).
+AMAX_PASS_STACKED = True
+
+
+def amax_pass_applies(weights, amax) -> bool:
+    """Whether a 2D call computes its amax with the grouped amax pass (``AMAX_PASS_STACKED``):
+    stacked experts, no given amax, a view within the amax kernel's 32-bit indexing."""
+    if not (AMAX_PASS_STACKED and amax is None and isinstance(weights, torch.Tensor)):
+        return False
+    e, r, c = weights.shape
+    return e * r * c > 0 and e * r * c <= _checks.INT32_MAX * 16 and e * r <= _checks.INT32_MAX // 2
+
+
+def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
+    """Every expert's max |W_e| into the fp32 [2, E] at address ``pass_out`` (both rows: the
+    grouped amax kernel without the RHT), the experts as the groups of the [E R, C] view."""
+    from cutequant import amax as amax_mod
+
+    num_experts, rows, cols = weights.shape
+    m_rows = num_experts * rows
+    layout = groups.prepare_groups((rows,) * num_experts, m_rows, weights.device, validated=True)
+    amax_mod.launch_group_amax(
+        weights.view(m_rows, cols),
+        layout,
+        pass_out,
+        rht=False,
+        sign_mask=0,
+        arch=_launch.device_arch(weights.device),
+        in_dtype=IN_DTYPES[weights.dtype],
+    )
+
+
+def _launch_2d(
+    weights, spec_args: tuple, amax, amax_out: int, outs: list, pass_out: int = 0
+) -> None:
     """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
     ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
     output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
     grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
-    it there, with one CTA per work item."""
+    it there, with one CTA per work item. ``pass_out`` (``amax_pass_applies``: the address of
+    an fp32 [2, E] scratch): the amax pass computes the amax there first, and the kernel runs
+    as with a given amax."""
     stacked, first, num_experts, rows, cols, dev = _experts(weights)
     rowwise, columnwise, _, fake = spec_args
     items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
@@ -217,6 +258,10 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
     dummy = groups.dummy_buffer(dev)
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
+    given = 0 if compute else _launch.ptr(amax, 4)
+    if compute and pass_out:
+        _run_amax_pass(weights, pass_out)
+        compute, given = False, pass_out  # its first row: every expert's amax
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
         fold, barrier = ws.fold, ws.barrier
@@ -233,7 +278,7 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
         rows,
         cols,
         amax_out,
-        dummy.data_ptr() if compute else _launch.ptr(amax, 4),
+        dummy.data_ptr() if compute else given,
         _launch.ptr(fold, 8),
         _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
@@ -274,6 +319,9 @@ def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
         for kind in ("data", "scales"):
             parts[f"{side}_{kind}"] = (shapes[f"{side}_{kind}"], torch.uint8) if on else None
     parts["amax"] = ((num_experts,), torch.float32)  # computed, or the kernel's copy of the given
+    two_launches = amax_pass_applies(weights, amax)
+    if two_launches:  # the amax pass's fp32 [2, E] (scratch: the kernel copies row 0 to "amax")
+        parts["amax_pass"] = ((2, num_experts), torch.float32)
     outputs = output_kind.allocate(parts, dev)
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     if tiles == 0:
@@ -289,6 +337,7 @@ def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
             amax,
             outputs.addr("amax", 0),
             [outputs.get(k) for k in ("row_data", "row_scales", "col_data", "col_scales")],
+            outputs.addr("amax_pass", 0) if two_launches else 0,
         )
     return outputs, outputs.get("amax")
 
@@ -299,13 +348,23 @@ def nvfp4_fake_quantize_2d_impl(
     """(w_fq [E, R, C] ``out_dtype`` (bf16 / f16), amax [E]) from validated arguments
     (``_check_nvfp4_quantize_2d`` with both directions, no swizzle): the values of the 2D
     quantize followed by dequantize, bit for bit, without NVFP4 data in memory. The columnwise
-    fake-quant is its transpose (a block's columnwise values equal its rowwise ones)."""
+    fake-quant is its transpose (a block's columnwise values equal its rowwise ones). With the
+    amax pass (``amax_pass_applies``) the amax is row 1 of an fp32 [2, E] whose row 0 the pass
+    writes and the kernel reads."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     out = _launch.output_allocator((num_experts, rows, cols), out_dtype, dev)
+    fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
+    if amax_pass_applies(weights, amax):
+        pass_out = _launch.output_allocator((2, num_experts), torch.float32, dev)
+        amax_out = pass_out[1]
+        _launch_2d(
+            weights, (True, True, False, fake), amax, amax_out.data_ptr(),
+            [out, None, None, None], pass_out.data_ptr(),
+        )  # fmt: skip
+        return out, amax_out
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles:
-        fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
         _launch_2d(
             weights, (True, True, False, fake), amax, amax_out.data_ptr(), [out, None, None, None]
         )
@@ -452,7 +511,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
     path, recorded when it may be replayed. A list of experts always takes the checked path (its
     pointer table is per address list)."""
-    flags = (rowwise, columnwise, swizzled)
+    flags = (rowwise, columnwise, swizzled, AMAX_PASS_STACKED)  # the A/B switch: its own records
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
@@ -474,19 +533,21 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype,)
+    flags = (out_dtype, AMAX_PASS_STACKED)
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
-        record, shape = hit
+        record, shape, amax_shape = hit
         dev = weights.device
         out = _launch.output_allocator(shape, out_dtype, dev)
         # as the checked path: the kernel computes the amax, or copies the given one, into it
-        amax_out = _launch.output_allocator((shape[0],), torch.float32, dev)
-        record.launch((weights, amax, amax_out, out))
-        return out, amax_out
+        # (with the amax pass: row 1 of the pass's [2, E])
+        amax_buf = _launch.output_allocator(amax_shape, torch.float32, dev)
+        record.launch((weights, amax, amax_buf, out))
+        return out, amax_buf if len(amax_shape) == 1 else amax_buf[1]
     with replay.recording() as rec:
         out, amax_out = _fake_checked(weights, amax, out_dtype)
     if key is not None and rec.replayable(weights.numel()):
-        record = replay.Replay(rec.launches, [weights, amax, amax_out, out])
-        _FAKE_RECORDS.put(key, (record, tuple(out.shape)))
+        amax_buf = amax_out if amax_out._base is None else amax_out._base
+        record = replay.Replay(rec.launches, [weights, amax, amax_buf, out])
+        _FAKE_RECORDS.put(key, (record, tuple(out.shape), tuple(amax_buf.shape)))
     return out, amax_out
