@@ -349,19 +349,19 @@ def nvfp4_fake_quantize_2d_impl(
     (``_check_nvfp4_quantize_2d`` with both directions, no swizzle): the values of the 2D
     quantize followed by dequantize, bit for bit, without NVFP4 data in memory. The columnwise
     fake-quant is its transpose (a block's columnwise values equal its rowwise ones). With the
-    amax pass (``amax_pass_applies``) the amax is row 1 of an fp32 [2, E] whose row 0 the pass
-    writes and the kernel reads."""
+    amax pass (``amax_pass_applies``) the amax is row 0 of an fp32 [2, E] that the pass writes
+    (both rows) and the kernel reads (the kernel's copy goes to row 1: no thread writes what
+    another reads; row 0, at storage offset 0, is what the op's fake implementation describes)."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     out = _launch.output_allocator((num_experts, rows, cols), out_dtype, dev)
     fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
     if amax_pass_applies(weights, amax):
         pass_out = _launch.output_allocator((2, num_experts), torch.float32, dev)
-        amax_out = pass_out[1]
         _launch_2d(
-            weights, (True, True, False, fake), amax, amax_out.data_ptr(),
+            weights, (True, True, False, fake), amax, pass_out.data_ptr() + 4 * num_experts,
             [out, None, None, None], pass_out.data_ptr(),
         )  # fmt: skip
-        return out, amax_out
+        return out, pass_out[0]
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles:
@@ -540,10 +540,10 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
         dev = weights.device
         out = _launch.output_allocator(shape, out_dtype, dev)
         # as the checked path: the kernel computes the amax, or copies the given one, into it
-        # (with the amax pass: row 1 of the pass's [2, E])
+        # (with the amax pass: row 0 of the pass's [2, E])
         amax_buf = _launch.output_allocator(amax_shape, torch.float32, dev)
         record.launch((weights, amax, amax_buf, out))
-        return out, amax_buf if len(amax_shape) == 1 else amax_buf[1]
+        return out, amax_buf if len(amax_shape) == 1 else amax_buf[0]
     with replay.recording() as rec:
         out, amax_out = _fake_checked(weights, amax, out_dtype)
     if key is not None and rec.replayable(weights.numel()):
