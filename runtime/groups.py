@@ -385,12 +385,15 @@ class Workspace:
     order, so one set suffices): the group-fold words of ``kernels/group_fold.py`` (two per
     group, created zero; every launch leaves them zero, so a grown workspace simply drops the
     old ones) and the grid-barrier words of ``kernels/grid_sync.py`` (an arrival count that
-    every launch leaves zero, and a generation). Device-built lookup tables are not kept here
-    but in each call's own buffer (``GroupLayout.snapshot`` and the tables after it), which its
-    result keeps."""
+    every launch leaves zero, and a generation), and an fp32 scratch of two words per group
+    that a call's first kernel writes and its second reads (the 2D weights' amax pass:
+    ``nvfp4_2d``; stream order keeps calls apart, as for the fold words). Device-built lookup
+    tables are not kept here but in each call's own buffer (``GroupLayout.snapshot`` and the
+    tables after it), which its result keeps."""
 
     fold: torch.Tensor
     barrier: torch.Tensor
+    scratch: torch.Tensor
 
 
 def _handle(stream) -> int:
@@ -410,6 +413,7 @@ def workspace(device: torch.device, num_groups: int, stream) -> Workspace:
                 lambda: Workspace(
                     fold=torch.zeros(2 * groups_cap, dtype=torch.int32, device=device),
                     barrier=torch.zeros(4, dtype=torch.int32, device=device),
+                    scratch=torch.empty(2 * groups_cap, dtype=torch.float32, device=device),
                 ),
             )
             if key in _WORKSPACES:  # kernels on the stream may still use the old one

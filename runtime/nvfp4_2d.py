@@ -7,10 +7,13 @@ fprop and the dgrad GEMM consume). Experts come as one stacked [E, R, C] tensor 
 E same-shaped [R, C] tensors; the list is passed to the kernels as a device array of E
 addresses, built once per distinct list of addresses and cached.
 
-One launch for all experts: without a given ``amax`` the kernel first computes each expert's
-max |W_e| (folded per run of tiles into self-resetting workspace words), passes a grid-wide
-barrier and then quantizes (a cooperative launch whose CTAs are all resident at once:
-``kernels/grid_sync.py``); with a given ``amax`` one CTA per tile. Bit-exact with
+All experts in one launch of the 2D kernel. With a given ``amax`` it runs one CTA per tile.
+Without one, stacked experts first go through the grouped amax pass (``cutequant.amax``; the
+experts are the groups of the [E R, C] view) and the kernel takes that amax as given: two
+launches, 3-21% less GPU time than the one cooperative launch that a list of experts takes
+(``AMAX_PASS_STACKED``). In that launch the kernel first computes each expert's max |W_e|
+(folded per run of tiles into self-resetting workspace words), passes a grid-wide barrier and
+then quantizes (its CTAs all resident at once: ``kernels/grid_sync.py``). Bit-exact with
 ``cutequant.recipe_reference.nvfp4_quantize_2d_experts``.
 
 Op-level: ``_check_nvfp4_quantize_2d`` and ``nvfp4_quantize_2d_impl`` (outputs as a plain
@@ -205,10 +208,11 @@ def cooperative_grid(device: torch.device, items: int) -> int:
 
 # Stacked experts whose amax is computed: two launches, the grouped amax pass over the [E R, C]
 # view (its TMA ring, one group per expert) and then the 2D kernel with that amax given (one CTA
-# per tile), instead of the cooperative launch (phase 1, grid barrier, phase 2). Bits equal;
-# H200, fake-quant dense / 8 / 64 / 256 experts (perf/NOTES.md, "2D fake-quant: where its time
-# goes"): 79.5 / 122.1 / 245.0 / 236.6 -> 76.9 / 118.6 / 223.0 / 222.9 us. A list of experts has
-# no [E R, C] view: it keeps the cooperative launch. Off: the A/B's other side (tests use both).
+# per tile), instead of the cooperative launch (phase 1, grid barrier, phase 2). Bits equal.
+# Less GPU time in every case measured (perf/NOTES.md, "2D weights: the amax pass first"): the
+# bench cases 2.5-9.8% (H200) and 6.3-20.7% (H100), 0.5-64 MB weights 2-19% (H100); one launch
+# more of host time (~4-5 us). A list of experts has no [E R, C] view: it keeps the cooperative
+# launch. False: the A/B's other side (the GPU tests run both).
 AMAX_PASS_STACKED = True
 
 
@@ -223,7 +227,8 @@ def amax_pass_applies(weights, amax) -> bool:
 
 def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
     """Every expert's max |W_e| into the fp32 [2, E] at address ``pass_out`` (both rows: the
-    grouped amax kernel without the RHT), the experts as the groups of the [E R, C] view."""
+    grouped amax kernel without the RHT; the stream's workspace scratch), the experts as the
+    groups of the [E R, C] view."""
     from cutequant import amax as amax_mod
 
     num_experts, rows, cols = weights.shape
@@ -240,16 +245,14 @@ def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
     )
 
 
-def _launch_2d(
-    weights, spec_args: tuple, amax, amax_out: int, outs: list, pass_out: int = 0
-) -> None:
+def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> None:
     """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
     ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
     output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
     grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
-    it there, with one CTA per work item. ``pass_out`` (``amax_pass_applies``: the address of
-    an fp32 [2, E] scratch): the amax pass computes the amax there first, and the kernel runs
-    as with a given amax."""
+    it there, with one CTA per work item. Where ``amax_pass_applies``, the grouped amax pass
+    computes the amax into the stream's workspace scratch first and the kernel runs as with a
+    given amax (two launches, no cooperative grid)."""
     stacked, first, num_experts, rows, cols, dev = _experts(weights)
     rowwise, columnwise, _, fake = spec_args
     items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
@@ -259,9 +262,10 @@ def _launch_2d(
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
     given = 0 if compute else _launch.ptr(amax, 4)
-    if compute and pass_out:
-        _run_amax_pass(weights, pass_out)
-        compute, given = False, pass_out  # its first row: every expert's amax
+    if compute and amax_pass_applies(weights, amax):
+        given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
+        _run_amax_pass(weights, given)  # its first row: every expert's amax
+        compute = False
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
         fold, barrier = ws.fold, ws.barrier
@@ -319,9 +323,6 @@ def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
         for kind in ("data", "scales"):
             parts[f"{side}_{kind}"] = (shapes[f"{side}_{kind}"], torch.uint8) if on else None
     parts["amax"] = ((num_experts,), torch.float32)  # computed, or the kernel's copy of the given
-    two_launches = amax_pass_applies(weights, amax)
-    if two_launches:  # the amax pass's fp32 [2, E] (scratch: the kernel copies row 0 to "amax")
-        parts["amax_pass"] = ((2, num_experts), torch.float32)
     outputs = output_kind.allocate(parts, dev)
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     if tiles == 0:
@@ -337,7 +338,6 @@ def quantize_2d(weights, rowwise, columnwise, swizzled, amax, output_kind):
             amax,
             outputs.addr("amax", 0),
             [outputs.get(k) for k in ("row_data", "row_scales", "col_data", "col_scales")],
-            outputs.addr("amax_pass", 0) if two_launches else 0,
         )
     return outputs, outputs.get("amax")
 
@@ -348,23 +348,13 @@ def nvfp4_fake_quantize_2d_impl(
     """(w_fq [E, R, C] ``out_dtype`` (bf16 / f16), amax [E]) from validated arguments
     (``_check_nvfp4_quantize_2d`` with both directions, no swizzle): the values of the 2D
     quantize followed by dequantize, bit for bit, without NVFP4 data in memory. The columnwise
-    fake-quant is its transpose (a block's columnwise values equal its rowwise ones). With the
-    amax pass (``amax_pass_applies``) the amax is row 0 of an fp32 [2, E] that the pass writes
-    (both rows) and the kernel reads (the kernel's copy goes to row 1: no thread writes what
-    another reads; row 0, at storage offset 0, is what the op's fake implementation describes)."""
+    fake-quant is its transpose (a block's columnwise values equal its rowwise ones)."""
     _, _, num_experts, rows, cols, dev = _experts(weights)
     out = _launch.output_allocator((num_experts, rows, cols), out_dtype, dev)
-    fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
-    if amax_pass_applies(weights, amax):
-        pass_out = _launch.output_allocator((2, num_experts), torch.float32, dev)
-        _launch_2d(
-            weights, (True, True, False, fake), amax, pass_out.data_ptr() + 4 * num_experts,
-            [out, None, None, None], pass_out.data_ptr(),
-        )  # fmt: skip
-        return out, pass_out[0]
     tiles = num_experts * _ceil_div(rows, 64) * _ceil_div(cols, 128)
     amax_out = _amax_out(amax, num_experts, tiles, dev)
     if tiles:
+        fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
         _launch_2d(
             weights, (True, True, False, fake), amax, amax_out.data_ptr(), [out, None, None, None]
         )
@@ -536,18 +526,17 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     flags = (out_dtype, AMAX_PASS_STACKED)
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
-        record, shape, amax_shape = hit
+        record, shape = hit
         dev = weights.device
         out = _launch.output_allocator(shape, out_dtype, dev)
-        # as the checked path: the kernel computes the amax, or copies the given one, into it
-        # (with the amax pass: row 0 of the pass's [2, E])
-        amax_buf = _launch.output_allocator(amax_shape, torch.float32, dev)
-        record.launch((weights, amax, amax_buf, out))
-        return out, amax_buf if len(amax_shape) == 1 else amax_buf[0]
+        # as the checked path: the kernel computes the amax, or copies the given one (or the
+        # amax pass's), into it
+        amax_out = _launch.output_allocator((shape[0],), torch.float32, dev)
+        record.launch((weights, amax, amax_out, out))
+        return out, amax_out
     with replay.recording() as rec:
         out, amax_out = _fake_checked(weights, amax, out_dtype)
     if key is not None and rec.replayable(weights.numel()):
-        amax_buf = amax_out if amax_out._base is None else amax_out._base
-        record = replay.Replay(rec.launches, [weights, amax, amax_buf, out])
-        _FAKE_RECORDS.put(key, (record, tuple(out.shape), tuple(amax_buf.shape)))
+        record = replay.Replay(rec.launches, [weights, amax, amax_out, out])
+        _FAKE_RECORDS.put(key, (record, tuple(out.shape)))
     return out, amax_out
