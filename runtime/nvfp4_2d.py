@@ -7,13 +7,15 @@ fprop and the dgrad GEMM consume). Experts come as one stacked [E, R, C] tensor 
 E same-shaped [R, C] tensors; the list is passed to the kernels as a device array of E
 addresses, built once per distinct list of addresses and cached.
 
-All experts in one launch of the 2D kernel. With a given ``amax`` it runs one CTA per tile.
-Without one, stacked experts first go through the grouped amax pass (``cutequant.amax``; the
-experts are the groups of the [E R, C] view) and the kernel takes that amax as given: two
-launches, 3-21% less GPU time than the one cooperative launch that a list of experts takes
-(``AMAX_PASS_STACKED``). In that launch the kernel first computes each expert's max |W_e|
-(folded per run of tiles into self-resetting workspace words), passes a grid-wide barrier and
-then quantizes (its CTAs all resident at once: ``kernels/grid_sync.py``). Bit-exact with
+The quantize is one launch for all experts (TE's recipe: one persistent launch). Without a given
+``amax`` the kernel first computes each expert's max |W_e| (folded per run of tiles into
+self-resetting workspace words), passes a grid-wide barrier and then quantizes (a cooperative
+launch whose CTAs are all resident at once: ``kernels/grid_sync.py``); with a given ``amax``
+one CTA per tile. The fake-quant of stacked experts without a given amax runs like the 1D
+fake-quant instead: the grouped amax pass (``cutequant.amax``; the experts are the groups of
+the [E R, C] view), then the kernel with that amax given: two launches, 3-12% less GPU time
+than the cooperative one (``AMAX_PASS_STACKED``; the same two launches serve a quantize whose
+caller passes ``group_amax``'s result as ``amax``). Bit-exact with
 ``cutequant.recipe_reference.nvfp4_quantize_2d_experts``.
 
 Op-level: ``_check_nvfp4_quantize_2d`` and ``nvfp4_quantize_2d_impl`` (outputs as a plain
@@ -206,19 +208,21 @@ def cooperative_grid(device: torch.device, items: int) -> int:
     return min(items, _launch.sm_count(device) * _resident_ctas(index))
 
 
-# Stacked experts whose amax is computed: two launches, the grouped amax pass over the [E R, C]
-# view (its TMA ring, one group per expert) and then the 2D kernel with that amax given (one CTA
-# per tile), instead of the cooperative launch (phase 1, grid barrier, phase 2). Bits equal.
-# Less GPU time in every case measured (perf/NOTES.md, "2D weights: the amax pass first"): the
-# bench cases 2.5-9.8% (H200) and 6.3-20.7% (H100), 0.5-64 MB weights 2-19% (H100); one launch
-# more of host time (~4-5 us). A list of experts has no [E R, C] view: it keeps the cooperative
-# launch. False: the A/B's other side (the GPU tests run both).
+# The 2D fake-quant of stacked experts whose amax is computed: two launches, the grouped amax
+# pass over the [E R, C] view (its TMA ring, one group per expert) and then the 2D kernel with
+# that amax given (one CTA per tile), instead of the cooperative launch (phase 1, grid barrier,
+# phase 2). Bits equal. Less GPU time in every case measured (perf/NOTES.md, "2D weights: the
+# amax pass first"): the bench cases 2.7-9.8% (H200) and 9.6-12.1% (H100), 0.5-64 MB weights
+# 2-19% (H100); one launch more of host time (~4-5 us). The quantize keeps its one launch (the
+# recipe's); a list of experts has no [E R, C] view. False: the A/B's other side (the GPU tests
+# run both).
 AMAX_PASS_STACKED = True
 
 
 def amax_pass_applies(weights, amax) -> bool:
-    """Whether a 2D call computes its amax with the grouped amax pass (``AMAX_PASS_STACKED``):
-    stacked experts, no given amax, a view within the amax kernel's 32-bit indexing."""
+    """Whether a 2D fake-quant computes its amax with the grouped amax pass
+    (``AMAX_PASS_STACKED``): stacked experts, no given amax, a view within the amax kernel's
+    32-bit indexing."""
     if not (AMAX_PASS_STACKED and amax is None and isinstance(weights, torch.Tensor)):
         return False
     e, r, c = weights.shape
@@ -245,14 +249,16 @@ def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
     )
 
 
-def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> None:
+def _launch_2d(
+    weights, spec_args: tuple, amax, amax_out: int, outs: list, amax_pass: bool = False
+) -> None:
     """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
     ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
     output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
     grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
-    it there, with one CTA per work item. Where ``amax_pass_applies``, the grouped amax pass
-    computes the amax into the stream's workspace scratch first and the kernel runs as with a
-    given amax (two launches, no cooperative grid)."""
+    it there, with one CTA per work item. ``amax_pass`` (``amax_pass_applies``): the grouped
+    amax pass computes the amax into the stream's workspace scratch first and the kernel runs
+    as with a given amax (two launches, no cooperative grid)."""
     stacked, first, num_experts, rows, cols, dev = _experts(weights)
     rowwise, columnwise, _, fake = spec_args
     items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
@@ -262,7 +268,7 @@ def _launch_2d(weights, spec_args: tuple, amax, amax_out: int, outs: list) -> No
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
     given = 0 if compute else _launch.ptr(amax, 4)
-    if compute and amax_pass_applies(weights, amax):
+    if compute and amax_pass:
         given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
         _run_amax_pass(weights, given)  # its first row: every expert's amax
         compute = False
@@ -356,8 +362,9 @@ def nvfp4_fake_quantize_2d_impl(
     if tiles:
         fake = {torch.bfloat16: "bf16", torch.float16: "f16"}[out_dtype]
         _launch_2d(
-            weights, (True, True, False, fake), amax, amax_out.data_ptr(), [out, None, None, None]
-        )
+            weights, (True, True, False, fake), amax, amax_out.data_ptr(), [out, None, None, None],
+            amax_pass_applies(weights, amax),
+        )  # fmt: skip
     return out, amax_out
 
 
@@ -501,7 +508,7 @@ def _quantize_replayed(weights, rowwise, columnwise, swizzled, amax):
     (replay.py) with the same shape, dtype, flags, amax signature and stream, else the checked
     path, recorded when it may be replayed. A list of experts always takes the checked path (its
     pointer table is per address list)."""
-    flags = (rowwise, columnwise, swizzled, AMAX_PASS_STACKED)  # the A/B switch: its own records
+    flags = (rowwise, columnwise, swizzled)
     key, hit = replay.find(_QUANTIZE_RECORDS, weights, (), flags, (amax,))  # a list: no key
     if hit is not None:  # replay.py: the checked call's launches again
         record, total, spans = hit
@@ -523,7 +530,7 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype, AMAX_PASS_STACKED)
+    flags = (out_dtype, AMAX_PASS_STACKED)  # the A/B switch: records of its own
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit

@@ -11,11 +11,11 @@ from cutequant.testing import poisoned_outputs
 pytestmark = pytest.mark.gpu
 
 
-@pytest.fixture(autouse=True, params=[True, False], ids=["amax-pass", "cooperative"])
+@pytest.fixture(params=[True, False], ids=["amax-pass", "cooperative"])
 def stacked_amax_path(request, monkeypatch):
-    """Every test on both ways of computing a stacked call's amax: the grouped amax pass and
+    """Both ways a 2D fake-quant of stacked experts computes its amax: the grouped amax pass,
     then the given-amax kernel (two launches, the default), and the cooperative launch (which
-    lists of experts always take)."""
+    lists of experts and the quantize always take)."""
     monkeypatch.setattr(nvfp4_2d, "AMAX_PASS_STACKED", request.param)
     return request.param
 
@@ -186,16 +186,19 @@ def _kernels_in(fn) -> int:
 
 @pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
 def test_launches(listed, stacked_amax_path, rng):
-    """Quantize and fake-quant with a given amax are one launch each (the kernel copies the
-    amax into the output, no torch clone); a computed amax is one more launch, the grouped
-    amax pass, for stacked experts (``AMAX_PASS_STACKED``), else the same persistent launch
-    (phase 1, grid barrier, phase 2)."""
+    """The quantize is one launch, with or without a given amax (a computed amax comes from
+    the same persistent launch: phase 1, grid barrier, phase 2; a given one is copied into the
+    output by the kernel, not by a torch clone); so is the fake-quant, except of stacked experts
+    without a given amax (``AMAX_PASS_STACKED``): the grouped amax pass, then the kernel."""
     w = _weights(6, 144, 272, torch.bfloat16, rng)
     weights = [w[e].clone() for e in range(6)] if listed else w
     amax = w.float().abs().amax(dim=(1, 2))
     for given in (None, amax):
-        want = 2 if given is None and not listed and stacked_amax_path else 1
-        for op in (nvfp4_2d.nvfp4_quantize_weights_2d, nvfp4_2d.nvfp4_fake_quantize_weights_2d):
+        pass_first = given is None and not listed and stacked_amax_path
+        for op, want in (
+            (nvfp4_2d.nvfp4_quantize_weights_2d, 1),
+            (nvfp4_2d.nvfp4_fake_quantize_weights_2d, 2 if pass_first else 1),
+        ):
             for _ in range(3):  # first sighting, checked, replayed
                 assert _kernels_in(lambda op=op, given=given: op(weights, amax=given)) == want
 
@@ -224,7 +227,7 @@ def test_zero_size_experts():
             check_2d([w[e] for e in range(shape[0])], rowwise=False)
 
 
-def test_fake_quant_300_experts_and_extremes(rng):
+def test_fake_quant_300_experts_and_extremes(stacked_amax_path, rng):
     w = _weights(300, 32, 144, torch.bfloat16, rng)
     w[7] = 0
     w[8, 3, 5] = float("nan")
@@ -235,6 +238,53 @@ def test_fake_quant_300_experts_and_extremes(rng):
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
     assert_same_bits(amax, want_amax, "amax")
     assert_same_bits(y, want, "fake 2D")
+
+
+@pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("shape", [(3, 144, 272), (1, 1040, 400), (7, 16, 16), (2, 64, 2048)])
+def test_fake_quant_every_input(shape, dtype, out_dtype, stacked_amax_path, rng):
+    """The 2D fake-quant with a computed amax, every input and output dtype, partial tiles and
+    1-tile experts, on both amax paths: bits (and the amax) against the reference; replayed
+    calls (the third on) too, every output poisoned first."""
+    w = _weights(*shape, dtype, rng)
+    want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu(), out_dtype=out_dtype)
+    for _ in range(3):  # first sighting of the amax pass's split list, checked, replayed
+        with poisoned_outputs():
+            y, amax = nvfp4_2d.nvfp4_fake_quantize_weights_2d(w, out_dtype=out_dtype)
+        assert_same_bits(amax, want_amax, "amax")
+        assert_same_bits(y, want, "fake 2D")
+
+
+def test_fake_quant_streams_and_cuda_graph(rng):
+    """The amax pass's scratch is per stream: two streams' calls interleaved, then a CUDA
+    graph of two calls replayed on new weights; every result against the reference."""
+    a = _weights(4, 128, 256, torch.bfloat16, rng)
+    b = _weights(40, 64, 128, torch.bfloat16, rng)
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for _ in range(3):
+        for w, st in ((a, streams[0]), (b, streams[1])):
+            st.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(st):
+                outs.append((w, nvfp4_2d.nvfp4_fake_quantize_weights_2d(w)))
+    torch.cuda.synchronize()
+    for w, (y, amax) in outs:
+        want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
+        assert_same_bits(amax, want_amax, "amax")
+        assert_same_bits(y, want, "fake 2D")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=streams[0]):
+        got = [nvfp4_2d.nvfp4_fake_quantize_weights_2d(w) for w in (a, b)]
+    for _ in range(2):
+        a.copy_(_weights(4, 128, 256, torch.bfloat16, rng))
+        b.copy_(_weights(40, 64, 128, torch.bfloat16, rng))
+        graph.replay()
+        torch.cuda.synchronize()
+        for w, (y, amax) in zip((a, b), got, strict=True):
+            want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
+            assert_same_bits(amax, want_amax, "graph amax")
+            assert_same_bits(y, want, "graph fake 2D")
 
 
 def test_back_to_back_and_cuda_graph(rng):
