@@ -230,10 +230,8 @@ def amax_pass_applies(weights, amax) -> bool:
 
 
 # The given-amax kernel after the amax pass takes its tiles in the order that finds the pass's
-# last reads in L2 (a G x ceil(tiles / G) grid: ``first_item`` in nvfp4_quantize_2d.py.j2);
-# False: in tile order.
+# last reads in L2 (``fresh_tile`` in nvfp4_quantize_2d.py.j2); False: in tile order.
 FRESH_TILES_FIRST = True
-_MAX_GRID_ROWS = 65535  # CUDA's grid y limit
 
 
 def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> int:
@@ -275,22 +273,20 @@ def _launch_2d(
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
     given = 0 if compute else _launch.ptr(amax, 4)
-    grid_rows = 1
+    fresh_grid = 0
     if compute and amax_pass:
         given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
         pass_grid = _run_amax_pass(weights, given)  # its first row: every expert's amax
         compute = False
+        if FRESH_TILES_FIRST and fake:  # fake-quant: no padding items, one CTA per tile
+            fresh_grid = pass_grid
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
         fold, barrier = ws.fold, ws.barrier
         num_ctas = cooperative_grid(dev, items)
     else:
         fold = barrier = dummy
-        num_ctas = items
-        # fake-quant after the pass: no padding items, one CTA per tile, freshest tiles first
-        if amax_pass and fake and FRESH_TILES_FIRST:
-            if _ceil_div(items, pass_grid) <= _MAX_GRID_ROWS:
-                num_ctas, grid_rows = pass_grid, _ceil_div(items, pass_grid)
+        num_ctas = items if not fresh_grid else fresh_grid * _ceil_div(items, fresh_grid)
     _launch.run(
         _spec(arch, IN_DTYPES[first.dtype], *spec_args),
         _launch.ptr(first),
@@ -305,8 +301,8 @@ def _launch_2d(
         _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
         int(compute),
+        fresh_grid,
         num_ctas,
-        grid_rows,
         stream=stream,
     )
 
