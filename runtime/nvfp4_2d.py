@@ -229,29 +229,24 @@ def amax_pass_applies(weights, amax) -> bool:
     return e * r * c > 0 and e * r * c <= _checks.INT32_MAX * 16 and e * r <= _checks.INT32_MAX // 2
 
 
-# The given-amax kernel after the amax pass takes its tiles in the order that finds the pass's
-# last reads in L2 (``fresh_tile`` in nvfp4_quantize_2d.py.j2); False: in tile order.
-FRESH_TILES_FIRST = True
-
-
-def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> int:
+def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
     """Every expert's max |W_e| into the fp32 [2, E] at address ``pass_out`` (both rows: the
     grouped amax kernel without the RHT; the stream's workspace scratch), the experts as the
-    groups of the [E R, C] view (its 64 x 128 tiles in the order of the 2D kernel's). Returns
-    the pass's grid."""
+    groups of the [E R, C] view."""
     from cutequant import amax as amax_mod
 
     num_experts, rows, cols = weights.shape
     m_rows = num_experts * rows
-    dev = weights.device
-    arch = _launch.device_arch(dev)
-    in_dtype = IN_DTYPES[weights.dtype]
-    layout = groups.prepare_groups((rows,) * num_experts, m_rows, dev, validated=True)
+    layout = groups.prepare_groups((rows,) * num_experts, m_rows, weights.device, validated=True)
     amax_mod.launch_group_amax(
-        weights.view(m_rows, cols), layout, pass_out, rht=False, sign_mask=0, arch=arch,
-        in_dtype=in_dtype,
-    )  # fmt: skip
-    return _launch.grid_size(amax_mod._spec(arch, False, in_dtype, 0, _launch.rht_mma()), dev)
+        weights.view(m_rows, cols),
+        layout,
+        pass_out,
+        rht=False,
+        sign_mask=0,
+        arch=_launch.device_arch(weights.device),
+        in_dtype=IN_DTYPES[weights.dtype],
+    )
 
 
 def _launch_2d(
@@ -273,20 +268,17 @@ def _launch_2d(
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
     given = 0 if compute else _launch.ptr(amax, 4)
-    fresh_grid = 0
     if compute and amax_pass:
         given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
-        pass_grid = _run_amax_pass(weights, given)  # its first row: every expert's amax
+        _run_amax_pass(weights, given)  # its first row: every expert's amax
         compute = False
-        if FRESH_TILES_FIRST and fake:  # fake-quant: no padding items, one CTA per tile
-            fresh_grid = pass_grid
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
         fold, barrier = ws.fold, ws.barrier
         num_ctas = cooperative_grid(dev, items)
     else:
         fold = barrier = dummy
-        num_ctas = items if not fresh_grid else fresh_grid * _ceil_div(items, fresh_grid)
+        num_ctas = items
     _launch.run(
         _spec(arch, IN_DTYPES[first.dtype], *spec_args),
         _launch.ptr(first),
@@ -301,7 +293,6 @@ def _launch_2d(
         _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
         int(compute),
-        fresh_grid,
         num_ctas,
         stream=stream,
     )
