@@ -211,9 +211,7 @@ class Nvfp4Quantize2dSpec(KernelSpec):
     launch of at most ``RESIDENT_CTAS`` CTAs per SM), else one CTA per item. Outputs: rowwise
     data and/or the columnwise data (the exact nibble transpose), each block's e4m3 scale in
     both scale buffers (compact or swizzled; padding zeroed by one item per expert), or with
-    ``fake_out`` the fused fake-quant [E, R, C]. ``amax_only``: the amax phase alone (every
-    expert's amax, any grid; the output switches at their defaults): the fake-quant of a list
-    of experts runs it, then the fake-quant kernel with that amax given."""
+    ``fake_out`` the fused fake-quant [E, R, C]."""
 
     template: ClassVar[str] = "nvfp4_quantize_2d.py.j2"
     family: ClassVar[str] = "nvfp4_quantize_2d"
@@ -225,14 +223,9 @@ class Nvfp4Quantize2dSpec(KernelSpec):
     columnwise: bool = True
     swizzled: bool = False
     fake_out: str = ""  # "bf16" / "f16": the fused fake-quant [E, R, C] instead of NVFP4 data
-    amax_only: bool = False
 
     def render_fields(self) -> dict:
-        return {
-            **super().render_fields(),
-            "resident_ctas": self.RESIDENT_CTAS,
-            "amax_only": self.amax_only,
-        }
+        return {**super().render_fields(), "resident_ctas": self.RESIDENT_CTAS}
 
     def __post_init__(self):
         super().__post_init__()
@@ -244,14 +237,6 @@ class Nvfp4Quantize2dSpec(KernelSpec):
             raise ValueError("fake_out: a quantize kernel with the default output switches")
         if not (self.rowwise or self.columnwise):
             raise ValueError("at least one of rowwise / columnwise must be set")
-        if self.amax_only and (self.fake_out or self.swizzled or not self.columnwise):
-            raise ValueError("amax_only: the output switches stay at their defaults")
-
-    def fields(self) -> dict:
-        out = super().fields()
-        if not out["amax_only"]:  # False: left out of the key (the entries made before it)
-            del out["amax_only"]
-        return out
 
 
 class _FakeQuantSrTrim:
@@ -395,8 +380,6 @@ def recipe_variants(arch: str = "sm_90a") -> list[KernelSpec]:
             out.append(FakeQuantColsSpec(arch=arch, stochastic=stochastic, out_dtype=out_dtype))
         for in_dtype in IN_DTYPES:
             out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, fake_out=out_dtype))
-    for in_dtype in IN_DTYPES:
-        out.append(Nvfp4Quantize2dSpec(arch=arch, in_dtype=in_dtype, amax_only=True))
     for in_dtype in IN_DTYPES:
         for rowwise, columnwise in ((True, True), (True, False), (False, True)):
             for swizzled in (False, True):

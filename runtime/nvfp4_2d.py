@@ -11,12 +11,11 @@ The quantize is one launch for all experts (TE's recipe: one persistent launch).
 ``amax`` the kernel first computes each expert's max |W_e| (folded per run of tiles into
 self-resetting workspace words), passes a grid-wide barrier and then quantizes (a cooperative
 launch whose CTAs are all resident at once: ``kernels/grid_sync.py``); with a given ``amax``
-one CTA per tile. The fake-quant without a given amax runs like the 1D fake-quant instead: the
-amax first, by a launch of its own (stacked experts: the grouped amax pass, ``cutequant.amax``,
-the experts being the groups of the [E R, C] view; a list: the kernel's amax phase alone), then
-the kernel with that amax given: two launches, 3-12% less GPU time than the cooperative one
-(``SEPARATE_AMAX_PASS``; the same two launches serve a quantize whose caller passes
-``group_amax``'s result as ``amax``). Bit-exact with
+one CTA per tile. The fake-quant of stacked experts without a given amax runs like the 1D
+fake-quant instead: the grouped amax pass (``cutequant.amax``; the experts are the groups of
+the [E R, C] view), then the kernel with that amax given: two launches, 3-12% less GPU time
+than the cooperative one (``AMAX_PASS_STACKED``; the same two launches serve a quantize whose
+caller passes ``group_amax``'s result as ``amax``). Bit-exact with
 ``cutequant.recipe_reference.nvfp4_quantize_2d_experts``.
 
 Op-level: ``_check_nvfp4_quantize_2d`` and ``nvfp4_quantize_2d_impl`` (outputs as a plain
@@ -49,7 +48,7 @@ def _ceil_div(a: int, b: int) -> int:
 
 
 @functools.cache
-def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, amax_only=False):
+def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out):
     return Nvfp4Quantize2dSpec(
         arch=arch,
         in_dtype=in_dtype,
@@ -57,7 +56,6 @@ def _spec(arch, in_dtype, rowwise, columnwise, swizzled, fake_out, amax_only=Fal
         columnwise=columnwise,
         swizzled=swizzled,
         fake_out=fake_out,
-        amax_only=amax_only,
     )
 
 
@@ -210,31 +208,25 @@ def cooperative_grid(device: torch.device, items: int) -> int:
     return min(items, _launch.sm_count(device) * _resident_ctas(index))
 
 
-# The 2D fake-quant whose amax is computed: two launches, the amax first (stacked experts: the
-# grouped amax pass over the [E R, C] view, its TMA ring, one group per expert; a list: the 2D
-# kernel's phase 1 alone), then the 2D kernel with that amax given (one CTA per tile), instead
-# of the cooperative launch (phase 1, grid barrier, phase 2). Bits equal. Stacked: less GPU time
-# in every case measured (perf/NOTES.md, "2D fake-quant: the amax pass first"), the bench cases
-# 2.7-9.8% (H200) and 9.6-12.1% (H100), 0.5-64 MB weights 2-19% (H100); one launch more of host
-# time (~4-5 us). The quantize keeps its one launch (the recipe's). False: the A/B's other side
-# (the GPU tests run both).
-SEPARATE_AMAX_PASS = True
+# The 2D fake-quant of stacked experts whose amax is computed: two launches, the grouped amax
+# pass over the [E R, C] view (its TMA ring, one group per expert) and then the 2D kernel with
+# that amax given (one CTA per tile), instead of the cooperative launch (phase 1, grid barrier,
+# phase 2). Bits equal. Less GPU time in every case measured (perf/NOTES.md, "2D weights: the
+# amax pass first"): the bench cases 2.7-9.8% (H200) and 9.6-12.1% (H100), 0.5-64 MB weights
+# 2-19% (H100); one launch more of host time (~4-5 us). The quantize keeps its one launch (the
+# recipe's); a list of experts has no [E R, C] view. False: the A/B's other side (the GPU tests
+# run both).
+AMAX_PASS_STACKED = True
 
 
 def amax_pass_applies(weights, amax) -> bool:
-    """Whether a 2D fake-quant computes its amax by a launch of its own (``SEPARATE_AMAX_PASS``,
-    no given amax): stacked experts by the grouped amax pass where the [E R, C] view is within
-    its 32-bit indexing, a list by the 2D kernel's amax phase alone (``amax_only``)."""
-    if not SEPARATE_AMAX_PASS or amax is not None:
+    """Whether a 2D fake-quant computes its amax with the grouped amax pass
+    (``AMAX_PASS_STACKED``): stacked experts, no given amax, a view within the amax kernel's
+    32-bit indexing."""
+    if not (AMAX_PASS_STACKED and amax is None and isinstance(weights, torch.Tensor)):
         return False
-    if not isinstance(weights, torch.Tensor):
-        return True
     e, r, c = weights.shape
     return e * r * c > 0 and e * r * c <= _checks.INT32_MAX * 16 and e * r <= _checks.INT32_MAX // 2
-
-
-# the kernel's ``compute_amax`` switch (nvfp4_quantize_2d.py.j2)
-_GIVEN, _COOPERATIVE = 0, 1
 
 
 def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
@@ -260,56 +252,50 @@ def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
 def _launch_2d(
     weights, spec_args: tuple, amax, amax_out: int, outs: list, amax_pass: bool = False
 ) -> None:
-    """The kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers ``outs`` (4, None
-    for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax output). With a given
-    ``amax``: one CTA per work item, which reads it and copies it to ``amax_out``. Without one:
-    one cooperative launch that computes every expert's amax into ``amax_out`` first (phase 1,
-    a grid barrier, phase 2: a co-resident grid); or, with ``amax_pass``
-    (``amax_pass_applies``), the amax by a launch of its own and then the kernel as with a
-    given amax: stacked experts through the grouped amax pass (into the stream's workspace
-    scratch), a list through the kernel's amax phase alone (``amax_only``, into ``amax_out``;
-    the second launch's copy of it goes to the scratch)."""
+    """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
+    ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
+    output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
+    grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
+    it there, with one CTA per work item. ``amax_pass`` (``amax_pass_applies``): the grouped
+    amax pass computes the amax into the stream's workspace scratch first and the kernel runs
+    as with a given amax (two launches, no cooperative grid)."""
     stacked, first, num_experts, rows, cols, dev = _experts(weights)
     rowwise, columnwise, _, fake = spec_args
     items = work_items(num_experts, rows, cols, rowwise, columnwise, bool(fake))
+    arch = _launch.device_arch(dev)
     stream = _launch.raw_stream(dev)  # ~1 us; torch.cuda.current_stream costs 5-10 us
     dummy = groups.dummy_buffer(dev)
     ptrs = dummy if stacked else _pointer_table(weights, dev)
-    arch, in_dtype = _launch.device_arch(dev), IN_DTYPES[first.dtype]
-    ws = None if amax is not None else groups.workspace(dev, num_experts, stream)
-
-    def launch(mode: int, amax_addr: int, given_addr: int, num_ctas: int, spec=None) -> None:
-        fold, barrier = (dummy, dummy) if mode == _GIVEN else (ws.fold, ws.barrier)
-        _launch.run(
-            spec or _spec(arch, in_dtype, *spec_args),
-            _launch.ptr(first),
-            _launch.ptr(ptrs, 8),
-            int(not stacked),
-            num_experts,
-            rows,
-            cols,
-            amax_addr,
-            given_addr,
-            _launch.ptr(fold, 8),
-            _launch.ptr(barrier, 8),
-            *(_launch.ptr(dummy if t is None else t) for t in outs),
-            mode,
-            num_ctas,
-            stream=stream,
-        )
-
-    if amax is not None:
-        launch(_GIVEN, amax_out, _launch.ptr(amax, 4), items)
-    elif not amax_pass:
-        launch(_COOPERATIVE, amax_out, dummy.data_ptr(), cooperative_grid(dev, items))
-    elif stacked:
-        scratch = ws.scratch.data_ptr()
-        _run_amax_pass(weights, scratch)  # its first row: every expert's amax
-        launch(_GIVEN, amax_out, scratch, items)
+    compute = amax is None
+    given = 0 if compute else _launch.ptr(amax, 4)
+    if compute and amax_pass:
+        given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
+        _run_amax_pass(weights, given)  # its first row: every expert's amax
+        compute = False
+    if compute:
+        ws = groups.workspace(dev, num_experts, stream)
+        fold, barrier = ws.fold, ws.barrier
+        num_ctas = cooperative_grid(dev, items)
     else:
-        only = _spec(arch, in_dtype, True, True, False, "", True)
-        launch(_COOPERATIVE, amax_out, dummy.data_ptr(), cooperative_grid(dev, items), only)
-        launch(_GIVEN, ws.scratch.data_ptr(), amax_out, items)
+        fold = barrier = dummy
+        num_ctas = items
+    _launch.run(
+        _spec(arch, IN_DTYPES[first.dtype], *spec_args),
+        _launch.ptr(first),
+        _launch.ptr(ptrs, 8),
+        int(not stacked),
+        num_experts,
+        rows,
+        cols,
+        amax_out,
+        dummy.data_ptr() if compute else given,
+        _launch.ptr(fold, 8),
+        _launch.ptr(barrier, 8),
+        *(_launch.ptr(dummy if t is None else t) for t in outs),
+        int(compute),
+        num_ctas,
+        stream=stream,
+    )
 
 
 def nvfp4_quantize_2d_impl(
@@ -544,7 +530,7 @@ def _fake_replayed(weights, amax, out_dtype) -> tuple:
     """(w, amax) of the eager 2D fake-quant: a replay of a recorded call (replay.py) with the
     same shape, dtype, out_dtype, amax signature and stream, else the checked path, recorded
     when it may be replayed (stacked weights only, as ``_quantize_replayed``)."""
-    flags = (out_dtype, SEPARATE_AMAX_PASS)  # the A/B switch: records of its own
+    flags = (out_dtype, AMAX_PASS_STACKED)  # the A/B switch: records of its own
     key, hit = replay.find(_FAKE_RECORDS, weights, (), flags, (amax,))
     if hit is not None:  # replay.py: the checked call's launches again
         record, shape = hit

@@ -315,14 +315,13 @@ def test_fp8_tile_cast_choice(monkeypatch):
 def test_2d_work_items_match_the_kernel():
     """The runtime's grid for the 2D kernel (``nvfp4_2d.work_items``) counts the items the
     rendered kernel counts: its tiles, plus one padding item per expert exactly when a written
-    direction's scale blocks have padding (the condition rendered into the kernel); the amax
-    phase alone (``amax_only``, launched with the fake-quant's items) counts tiles only."""
+    direction's scale blocks have padding (the condition rendered into the kernel)."""
     from cutequant import nvfp4_2d
 
     for spec in (s for s in ALL if s.family == "nvfp4_quantize_2d"):
         src = render(spec)
         cond = None
-        if not (spec.fake_out or spec.amax_only):
+        if not spec.fake_out:
             line = src[src.index("    items = num_tiles\n") :].split("\n")[1].strip()
             assert line.startswith("if ") and line.endswith(":"), line
             cond = line[3:-1]
@@ -332,12 +331,7 @@ def test_2d_work_items_match_the_kernel():
                 pad = bool(cond) and eval(cond, {"rows": rows, "cols": cols})
                 want = tiles + (3 if pad else 0)
                 got = nvfp4_2d.work_items(
-                    3,
-                    rows,
-                    cols,
-                    spec.rowwise,
-                    spec.columnwise,
-                    bool(spec.fake_out or spec.amax_only),
+                    3, rows, cols, spec.rowwise, spec.columnwise, bool(spec.fake_out)
                 )
                 assert got == want, (spec.describe(), rows, cols)
 

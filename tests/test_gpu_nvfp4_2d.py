@@ -12,11 +12,11 @@ pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(params=[True, False], ids=["amax-pass", "cooperative"])
-def separate_amax(request, monkeypatch):
-    """Both ways a 2D fake-quant computes its amax: by a launch of its own (stacked experts: the
-    grouped amax pass; a list: the 2D kernel's phase 1 alone), then the given-amax kernel (two
-    launches, the default), and the cooperative launch (which the quantize always takes)."""
-    monkeypatch.setattr(nvfp4_2d, "SEPARATE_AMAX_PASS", request.param)
+def stacked_amax_path(request, monkeypatch):
+    """Both ways a 2D fake-quant of stacked experts computes its amax: the grouped amax pass,
+    then the given-amax kernel (two launches, the default), and the cooperative launch (which
+    lists of experts and the quantize always take)."""
+    monkeypatch.setattr(nvfp4_2d, "AMAX_PASS_STACKED", request.param)
     return request.param
 
 
@@ -185,16 +185,16 @@ def _kernels_in(fn) -> int:
 
 
 @pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_launches(listed, separate_amax, rng):
+def test_launches(listed, stacked_amax_path, rng):
     """The quantize is one launch, with or without a given amax (a computed amax comes from
     the same persistent launch: phase 1, grid barrier, phase 2; a given one is copied into the
-    output by the kernel, not by a torch clone); so is the fake-quant with a given amax; without
-    one (``SEPARATE_AMAX_PASS``) the amax takes a launch of its own first."""
+    output by the kernel, not by a torch clone); so is the fake-quant, except of stacked experts
+    without a given amax (``AMAX_PASS_STACKED``): the grouped amax pass, then the kernel."""
     w = _weights(6, 144, 272, torch.bfloat16, rng)
     weights = [w[e].clone() for e in range(6)] if listed else w
     amax = w.float().abs().amax(dim=(1, 2))
     for given in (None, amax):
-        pass_first = given is None and separate_amax
+        pass_first = given is None and not listed and stacked_amax_path
         for op, want in (
             (nvfp4_2d.nvfp4_quantize_weights_2d, 1),
             (nvfp4_2d.nvfp4_fake_quantize_weights_2d, 2 if pass_first else 1),
@@ -227,16 +227,14 @@ def test_zero_size_experts():
             check_2d([w[e] for e in range(shape[0])], rowwise=False)
 
 
-@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_fake_quant_300_experts_and_extremes(listed, separate_amax, rng):
+def test_fake_quant_300_experts_and_extremes(stacked_amax_path, rng):
     w = _weights(300, 32, 144, torch.bfloat16, rng)
     w[7] = 0
     w[8, 3, 5] = float("nan")
     w[9, 0, 0] = float("inf")
     w[10] = torch.finfo(torch.bfloat16).max
-    weights = [w[e] for e in range(300)] if listed else w
     with poisoned_outputs():
-        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(weights, None, torch.bfloat16)
+        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
     assert_same_bits(amax, want_amax, "amax")
     assert_same_bits(y, want, "fake 2D")
@@ -245,17 +243,15 @@ def test_fake_quant_300_experts_and_extremes(listed, separate_amax, rng):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(3, 144, 272), (1, 1040, 400), (7, 16, 16), (2, 64, 2048)])
-@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_fake_quant_every_input(listed, shape, dtype, out_dtype, separate_amax, rng):
+def test_fake_quant_every_input(shape, dtype, out_dtype, stacked_amax_path, rng):
     """The 2D fake-quant with a computed amax, every input and output dtype, partial tiles and
-    1-tile experts, stacked and listed, on both amax paths: bits (and the amax) against the
-    reference; replayed calls (the third on) too, every output poisoned first."""
+    1-tile experts, on both amax paths: bits (and the amax) against the reference; replayed
+    calls (the third on) too, every output poisoned first."""
     w = _weights(*shape, dtype, rng)
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu(), out_dtype=out_dtype)
-    weights = [w[e].clone() for e in range(shape[0])] if listed else w
     for _ in range(3):  # first sighting of the amax pass's split list, checked, replayed
         with poisoned_outputs():
-            y, amax = nvfp4_2d.nvfp4_fake_quantize_weights_2d(weights, out_dtype=out_dtype)
+            y, amax = nvfp4_2d.nvfp4_fake_quantize_weights_2d(w, out_dtype=out_dtype)
         assert_same_bits(amax, want_amax, "amax")
         assert_same_bits(y, want, "fake 2D")
 
