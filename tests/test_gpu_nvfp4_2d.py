@@ -227,14 +227,16 @@ def test_zero_size_experts():
             check_2d([w[e] for e in range(shape[0])], rowwise=False)
 
 
-def test_fake_quant_300_experts_and_extremes(stacked_amax_path, rng):
+@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
+def test_fake_quant_300_experts_and_extremes(listed, stacked_amax_path, rng):
     w = _weights(300, 32, 144, torch.bfloat16, rng)
     w[7] = 0
     w[8, 3, 5] = float("nan")
     w[9, 0, 0] = float("inf")
     w[10] = torch.finfo(torch.bfloat16).max
+    weights = [w[e] for e in range(300)] if listed else w
     with poisoned_outputs():
-        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(w, None, torch.bfloat16)
+        y, amax = nvfp4_2d.nvfp4_fake_quantize_2d_impl(weights, None, torch.bfloat16)
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu())
     assert_same_bits(amax, want_amax, "amax")
     assert_same_bits(y, want, "fake 2D")
@@ -243,15 +245,17 @@ def test_fake_quant_300_experts_and_extremes(stacked_amax_path, rng):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(3, 144, 272), (1, 1040, 400), (7, 16, 16), (2, 64, 2048)])
-def test_fake_quant_every_input(shape, dtype, out_dtype, stacked_amax_path, rng):
+@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
+def test_fake_quant_every_input(listed, shape, dtype, out_dtype, stacked_amax_path, rng):
     """The 2D fake-quant with a computed amax, every input and output dtype, partial tiles and
-    1-tile experts, on both amax paths: bits (and the amax) against the reference; replayed
-    calls (the third on) too, every output poisoned first."""
+    1-tile experts, stacked (both amax paths) and listed: bits (and the amax) against the
+    reference; replayed calls (the third on) too, every output poisoned first."""
     w = _weights(*shape, dtype, rng)
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu(), out_dtype=out_dtype)
+    weights = [w[e].clone() for e in range(shape[0])] if listed else w
     for _ in range(3):  # first sighting of the amax pass's split list, checked, replayed
         with poisoned_outputs():
-            y, amax = nvfp4_2d.nvfp4_fake_quantize_weights_2d(w, out_dtype=out_dtype)
+            y, amax = nvfp4_2d.nvfp4_fake_quantize_weights_2d(weights, out_dtype=out_dtype)
         assert_same_bits(amax, want_amax, "amax")
         assert_same_bits(y, want, "fake 2D")
 
