@@ -11,6 +11,11 @@ from cutequant.testing import poisoned_outputs
 pytestmark = pytest.mark.gpu
 
 
+# the fake-quant's ways to its amax: (listed, AMAX_PASS_STACKED)
+FAKE_PATHS = {"stacked-amax-pass": (False, True), "stacked-cooperative": (False, False),
+              "list": (True, True)}  # fmt: skip
+
+
 @pytest.fixture(params=[True, False], ids=["amax-pass", "cooperative"])
 def stacked_amax_path(request, monkeypatch):
     """Both ways a 2D fake-quant of stacked experts computes its amax: the grouped amax pass,
@@ -227,8 +232,10 @@ def test_zero_size_experts():
             check_2d([w[e] for e in range(shape[0])], rowwise=False)
 
 
-@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_fake_quant_300_experts_and_extremes(listed, stacked_amax_path, rng):
+@pytest.mark.parametrize("path", FAKE_PATHS)
+def test_fake_quant_300_experts_and_extremes(path, monkeypatch, rng):
+    listed, amax_pass = FAKE_PATHS[path]
+    monkeypatch.setattr(nvfp4_2d, "AMAX_PASS_STACKED", amax_pass)
     w = _weights(300, 32, 144, torch.bfloat16, rng)
     w[7] = 0
     w[8, 3, 5] = float("nan")
@@ -245,11 +252,13 @@ def test_fake_quant_300_experts_and_extremes(listed, stacked_amax_path, rng):
 @pytest.mark.parametrize("out_dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("shape", [(3, 144, 272), (1, 1040, 400), (7, 16, 16), (2, 64, 2048)])
-@pytest.mark.parametrize("listed", [False, True], ids=["stacked", "list"])
-def test_fake_quant_every_input(listed, shape, dtype, out_dtype, stacked_amax_path, rng):
+@pytest.mark.parametrize("path", FAKE_PATHS)
+def test_fake_quant_every_input(path, shape, dtype, out_dtype, monkeypatch, rng):
     """The 2D fake-quant with a computed amax, every input and output dtype, partial tiles and
     1-tile experts, stacked (both amax paths) and listed: bits (and the amax) against the
     reference; replayed calls (the third on) too, every output poisoned first."""
+    listed, amax_pass = FAKE_PATHS[path]
+    monkeypatch.setattr(nvfp4_2d, "AMAX_PASS_STACKED", amax_pass)
     w = _weights(*shape, dtype, rng)
     want, want_amax = recipe_reference.nvfp4_fake_quantize_2d_experts(w.cpu(), out_dtype=out_dtype)
     weights = [w[e].clone() for e in range(shape[0])] if listed else w
