@@ -211,8 +211,8 @@ def cooperative_grid(device: torch.device, items: int) -> int:
 # The 2D fake-quant of stacked experts whose amax is computed: two launches, the grouped amax
 # pass over the [E R, C] view (its TMA ring, one group per expert) and then the 2D kernel with
 # that amax given (one CTA per tile), instead of the cooperative launch (phase 1, grid barrier,
-# phase 2). Bits equal. Less GPU time in every case measured (perf/NOTES.md, "2D weights: the
-# amax pass first"): the bench cases 2.7-9.8% (H200) and 9.6-12.1% (H100), 0.5-64 MB weights
+# phase 2). Bits equal. Less GPU time in every case measured (perf/NOTES.md, "2D fake-quant:
+# the amax pass first"): the bench cases 2.7-9.8% (H200) and 9.6-12.1% (H100), 0.5-64 MB weights
 # 2-19% (H100); one launch more of host time (~4-5 us). The quantize keeps its one launch (the
 # recipe's); a list of experts has no [E R, C] view. False: the A/B's other side (the GPU tests
 # run both).
@@ -252,7 +252,7 @@ def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
 def _launch_2d(
     weights, spec_args: tuple, amax, amax_out: int, outs: list, amax_pass: bool = False
 ) -> None:
-    """One launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
+    """A launch of the kernel ``_spec(arch, in_dtype, *spec_args)`` with output pointers
     ``outs`` (4, None for an unused slot) and ``amax_out`` (the address of the fp32 [E] amax
     output): with ``amax`` None it computes every expert's amax into it first (phase 1 and a
     grid barrier: a cooperative, co-resident grid), else it reads the given ``amax`` and copies
