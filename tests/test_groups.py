@@ -197,3 +197,32 @@ def test_checked_splits_and_layouts_do_not_share_cache_entries():
     assert isinstance(layout, groups.GroupLayout)
     assert layout.host_splits == (48, 16, 0) and layout.host_totals == (64, 2, 256, 8)
     assert layout.tables.tolist()[0] == [0, 48, 64, 64]
+
+
+def test_workspace_scratch_grows_with_the_groups():
+    """The stream workspace's fp32 scratch (the 2D fake-quant's amax pass writes [2, E] there)
+    holds two words per group, like the fold words, and grows with them."""
+    dev = torch.device("cpu")
+    small = groups.workspace(dev, 8, 12345)
+    assert small.scratch.dtype == torch.float32
+    assert small.scratch.numel() >= 16 and small.scratch.numel() == small.fold.numel()
+    big = groups.workspace(dev, 5000, 12345)
+    assert big.scratch.numel() >= 10000 and big.scratch.numel() == big.fold.numel()
+    assert groups.workspace(dev, 8, 12345) is big  # a grown workspace serves smaller calls
+
+
+def test_2d_fake_quant_amax_pass_applies(monkeypatch):
+    """Which 2D fake-quant calls take the grouped amax pass: stacked experts without a given
+    amax, with rows, within the amax kernel's 32-bit indexing; never a list, a given amax or
+    the switch off."""
+    from cutequant import nvfp4_2d
+
+    w = torch.empty(4, 64, 128, dtype=torch.bfloat16, device="meta")
+    assert nvfp4_2d.amax_pass_applies(w, None)
+    assert not nvfp4_2d.amax_pass_applies(w, torch.ones(4))
+    assert not nvfp4_2d.amax_pass_applies([w[0], w[1]], None)
+    assert not nvfp4_2d.amax_pass_applies(w[:, :0], None)
+    huge = torch.empty(2**16, 2**15, 2**6, dtype=torch.bfloat16, device="meta")  # 2^37 values
+    assert not nvfp4_2d.amax_pass_applies(huge, None)
+    monkeypatch.setattr(nvfp4_2d, "AMAX_PASS_STACKED", False)
+    assert not nvfp4_2d.amax_pass_applies(w, None)
