@@ -28,9 +28,14 @@ def check_x(
     m, n = x.shape
     if n == 0 or n % 16:
         raise ValueError(f"{name}: N = x.shape[1] = {n} must be a positive multiple of 16")
-    if m * n > INT32_MAX * 16 or m > INT32_MAX // 2:
+    if not fits_32bit_tiles(m, n):
         raise ValueError(f"{name}: shape {tuple(x.shape)} is too large for 32-bit tile indexing")
     return m, n
+
+
+def fits_32bit_tiles(m: int, n: int) -> bool:
+    """Whether an [m, n] input is within the grouped kernels' 32-bit tile indexing."""
+    return m * n <= INT32_MAX * 16 and m <= INT32_MAX // 2
 
 
 def check_device(x: torch.Tensor, name: str = "x") -> str:

@@ -226,10 +226,10 @@ def amax_pass_applies(weights, amax) -> bool:
     if not (AMAX_PASS_STACKED and amax is None and isinstance(weights, torch.Tensor)):
         return False
     e, r, c = weights.shape
-    return e * r * c > 0 and e * r * c <= _checks.INT32_MAX * 16 and e * r <= _checks.INT32_MAX // 2
+    return e * r * c > 0 and _checks.fits_32bit_tiles(e * r, c)
 
 
-def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
+def _run_amax_pass(weights: torch.Tensor, pass_out: int, arch: str) -> None:
     """Every expert's max |W_e| into the fp32 [2, E] at address ``pass_out`` (both rows: the
     grouped amax kernel without the RHT; the stream's workspace scratch), the experts as the
     groups of the [E R, C] view."""
@@ -244,7 +244,7 @@ def _run_amax_pass(weights: torch.Tensor, pass_out: int) -> None:
         pass_out,
         rht=False,
         sign_mask=0,
-        arch=_launch.device_arch(weights.device),
+        arch=arch,
         in_dtype=IN_DTYPES[weights.dtype],
     )
 
@@ -267,10 +267,10 @@ def _launch_2d(
     dummy = groups.dummy_buffer(dev)
     ptrs = dummy if stacked else _pointer_table(weights, dev)
     compute = amax is None
-    given = 0 if compute else _launch.ptr(amax, 4)
+    given = dummy.data_ptr() if compute else _launch.ptr(amax, 4)
     if compute and amax_pass:
         given = groups.workspace(dev, num_experts, stream).scratch.data_ptr()
-        _run_amax_pass(weights, given)  # its first row: every expert's amax
+        _run_amax_pass(weights, given, arch)  # its first row: every expert's amax
         compute = False
     if compute:
         ws = groups.workspace(dev, num_experts, stream)
@@ -288,7 +288,7 @@ def _launch_2d(
         rows,
         cols,
         amax_out,
-        dummy.data_ptr() if compute else given,
+        given,
         _launch.ptr(fold, 8),
         _launch.ptr(barrier, 8),
         *(_launch.ptr(dummy if t is None else t) for t in outs),
