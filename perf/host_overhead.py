@@ -13,6 +13,10 @@
     python perf/host_overhead.py queue              host time vs the work queued ahead (idle
                                                     GPU one call at a time, back to back,
                                                     behind a GPU sleep: shallow / deep queue)
+    python perf/host_overhead.py versus [rounds]    every op's eager host time next to
+                                                    torch's own ops, interleaved round by
+                                                    round (the host's speed moves between
+                                                    rounds; the ratio does not)
 
 No synchronization inside the timed loops: what is measured is the CPU time to issue work.
 """
@@ -374,6 +378,48 @@ def breakdown() -> None:
             )
 
 
+_TORCH_TWO = "torch t.abs().amax(): 2 kernels, 2 allocations"
+
+
+def _reference_ops() -> dict:
+    """Torch's own ops on a small tensor: what a launch and an allocation cost on this host
+    (``bench.host_reference`` is the second)."""
+    t = torch.ones(1024, dtype=torch.bfloat16, device="cuda")
+    return {
+        "torch t.abs(): 1 kernel, 1 allocation": lambda: t.abs(),
+        _TORCH_TWO: lambda: t.abs().amax(),
+    }
+
+
+def versus(rounds: int = 7) -> None:
+    """Per op (``breakdown``'s, eager) and input: the host time (``bench.host_time_us``, one
+    round of 100 calls behind a GPU sleep) in each of ``rounds`` rounds, every op once per
+    round, torch's own ops among them; printed: the median, min and max over the rounds and
+    the median over the rounds of the ratio to torch's two-kernel op of the same round. A
+    host's speed moves by up to 1.5x between rounds of one process (torch's own ops with it),
+    so the rounds' spread shows the host, and the ratio what is the op's own."""
+    gen = torch.Generator().manual_seed(0)
+    inputs = {
+        "8192x2048 / 8": ([1024] * 8, 2048),
+        "65536x2048 / 256": ([256] * 256, 2048),
+    }
+    for label, (splits, n_cols) in inputs.items():
+        x = grouped_input(splits, n_cols, gen)
+        amax = torch.stack(cutequant.group_amax(x, splits))
+        ops = {**_reference_ops(), **_breakdown_ops(x, splits, amax)}
+        times: dict = {name: [] for name in ops}
+        for _ in range(rounds):
+            for name, fn in ops.items():
+                times[name].append(host_time_us(fn, 100, 1))
+        ref = times[_TORCH_TWO]
+        for name, got in times.items():
+            ratio = statistics.median(a / b for a, b in zip(got, ref, strict=True))
+            print(
+                f"{label:17s} {name:48s} median {statistics.median(got):6.1f} us  "
+                f"min {min(got):6.1f}  max {max(got):6.1f}  x{ratio:4.2f} of torch's two-kernel op"
+            )
+
+
 def main(argv) -> int:
     if argv and argv[0] == "first-call":
         first_call()
@@ -385,6 +431,8 @@ def main(argv) -> int:
         breakdown()
     elif argv and argv[0] == "queue":
         queue()
+    elif argv and argv[0] == "versus":
+        versus(*(int(a) for a in argv[1:2]))
     else:
         profile(argv[1:] if argv and argv[0] == "profile" else argv)
     return 0
