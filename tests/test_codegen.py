@@ -5,6 +5,7 @@ import importlib
 import itertools
 import shutil
 import subprocess
+from importlib import resources
 
 import pytest
 
@@ -149,6 +150,30 @@ def test_module_name_hashes_included_parts(monkeypatch):
         monkeypatch.setattr(R, "template_text", edited)
         assert (module_name(nv) != before[0]) == part.startswith("nvfp4"), part
         assert (module_name(dq) != before[1]) == part.startswith("dequantize"), part
+
+
+def test_template_parts_equal_jinja2s():
+    """``render.template_parts`` scans the include / import statements instead of parsing with
+    jinja2 (so that a warm process does not import it): for every template it finds exactly the
+    files jinja2's own ``meta.find_referenced_templates`` does, transitively, so the module
+    names (the disk cache's keys) are those a jinja2 parse gives."""
+    from jinja2 import meta
+
+    R = importlib.import_module("cutequant.codegen.render")
+    root = resources.files("cutequant.kernels").joinpath("templates")
+    names = sorted(p.name for p in root.iterdir() if p.name.endswith(".j2"))
+    assert len(names) >= 10
+    for name in names:
+        seen, todo = {name}, [name]
+        while todo:
+            for ref in meta.find_referenced_templates(
+                R._environment().parse(R.template_text(todo.pop()))
+            ):
+                assert ref is not None, name
+                if ref not in seen:
+                    seen.add(ref)
+                    todo.append(ref)
+        assert R.template_parts(name) == tuple(sorted(seen)), name
 
 
 def test_fake_quant_kernels_render_the_issue20_forms():
